@@ -1,0 +1,45 @@
+# The workbook's commands. `make lab` and `make test` create the environment first if needed.
+#
+# The environment is a virtual environment in .venv, installed from uv.lock with uv (fetched
+# into .tools/ if it is not on PATH). uv installs the standard torch and torchvision builds
+# from PyPI, which run on a CPU as well as on an NVIDIA GPU.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+PORT   ?= 8888
+
+.PHONY: help env lab test test-fast run clean
+
+help:
+	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
+	@echo "make test    run the whole test suite, notebooks included (nbval)"
+	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
+	@echo "make env     create or update the environment only"
+	@echo "make clean   remove build outputs (keeps the environment)"
+
+.tools/bin/uv:
+	$(PYTHON) -m venv .tools
+	PIP_CONFIG_FILE=/dev/null .tools/bin/python -m pip install --quiet --disable-pip-version-check uv
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --python "$$($(PYTHON) -c 'import sys; print(sys.executable)')"
+	@touch $@
+
+env: $(VENV)/.synced
+
+lab: env
+	$(VENV)/bin/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks/00_start_here.ipynb --port $(PORT)
+
+test: env
+	$(PY) -m pytest
+
+test-fast: env
+	$(PY) -m pytest tests
+
+run: env
+	$(PY) -m helpers.run_notebooks --out build
+
+clean:
+	rm -rf build .pytest_cache

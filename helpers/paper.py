@@ -1,0 +1,111 @@
+"""The study's convolution layers as data, and the GEMMs they become under im2col.
+
+Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters,
+kernel height = width, stride); in kernels, the cuDNN paper's N, C, H, W, K, R, S, P, Q.
+
+Input channels: the study does not state them. Conv1, Conv3, Conv4 and Conv5 are layers L1, L3,
+L4 and L5 of the convnet-benchmarks suite the study cites, whose input channels are 3, 128, 128
+and 384; we use those. Conv2 is the study's own layer: Conv1's input with a 3 x 3 kernel, so we
+give it Conv1's 3 input channels. Padding is 0 throughout.
+
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
+ICPP 2016, Table I.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["ConvLayer", "TABLE_I", "GemmShape", "im2col_gemm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvLayer:
+    """One convolution layer in the study's notation plus input channels and padding.
+
+    Attributes:
+        name: e.g. ``"Conv1"``.
+        b: batch size (N). i: input height and width (H = W). f: filters (K).
+        k: kernel height and width (R = S). s: stride. c: input channels (C). padding: zero
+        padding on each side.
+    """
+
+    name: str
+    b: int
+    i: int
+    f: int
+    k: int
+    s: int
+    c: int
+    padding: int = 0
+
+    @property
+    def out_size(self) -> int:
+        """Output height and width: P = Q = (i + 2*padding - k) // s + 1."""
+        return (self.i + 2 * self.padding - self.k) // self.s + 1
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs (multiply-adds x 2): 2 * N * K * P * Q * C * R * S."""
+        p = self.out_size
+        return 2 * self.b * self.f * p * p * self.c * self.k * self.k
+
+    def tuple5(self) -> tuple[int, int, int, int, int]:
+        """The study's (b, i, f, k, s)."""
+        return (self.b, self.i, self.f, self.k, self.s)
+
+
+#: Table I of the study, with the input channels chosen as the module docstring explains.
+TABLE_I: tuple[ConvLayer, ...] = (
+    ConvLayer("Conv1", b=128, i=128, f=96, k=11, s=1, c=3),
+    ConvLayer("Conv2", b=128, i=128, f=96, k=3, s=1, c=3),
+    ConvLayer("Conv3", b=128, i=32, f=128, k=9, s=1, c=128),
+    ConvLayer("Conv4", b=128, i=16, f=128, k=7, s=1, c=128),
+    ConvLayer("Conv5", b=128, i=13, f=384, k=3, s=1, c=384),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmShape:
+    """A GEMM C[M, N] = A[M, K] @ B[K, N], with FLOPs and the bytes it must at least move.
+
+    Attributes:
+        name: label. m, n, k: the GEMM dimensions. itemsize: bytes per element (4 for float32).
+    """
+
+    name: str
+    m: int
+    n: int
+    k: int
+    itemsize: int = 4
+
+    @property
+    def flops(self) -> int:
+        """2 * M * N * K (one multiply and one add per term)."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def min_bytes(self) -> int:
+        """Bytes moved if A and B are read once and C written once: (MK + KN + MN) * itemsize."""
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * self.itemsize
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP/byte (the roofline's x axis)."""
+        return self.flops / self.min_bytes
+
+
+def im2col_gemm(layer: ConvLayer, itemsize: int = 4) -> GemmShape:
+    """The GEMM a forward convolution becomes under im2col (unrolling).
+
+    The filter bank is a K x (C*R*S) matrix; im2col lays the input's local regions out as a
+    (C*R*S) x (N*P*Q) matrix; their product is the K x (N*P*Q) output.
+
+    Returns:
+        ``GemmShape(m=K, n=N*P*Q, k=C*R*S)``.
+
+    Source: the study, Section II-C ("unrolling-based convolution") and Figure 4.
+    """
+    p = layer.out_size
+    return GemmShape(f"{layer.name} im2col GEMM", m=layer.f, n=layer.b * p * p,
+                     k=layer.c * layer.k * layer.k, itemsize=itemsize)

@@ -1,0 +1,119 @@
+"""Reference measurements in ``results/``: CSV rows beside JSON metadata naming the machine.
+
+Every file pair ``results/NAME.csv`` + ``results/NAME.json`` comes from a real run: the JSON
+records the device (GPU, driver, CUDA), library versions, the command that made it and the date.
+Notebooks load them to show GPU curves on machines without a GPU, labelled with that GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+import json
+import pathlib
+import re
+import sys
+
+from . import backend
+
+__all__ = ["RESULTS_DIR", "Dataset", "save", "load", "find", "slug"]
+
+#: The repository's ``results/`` folder.
+RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "results"
+
+
+@dataclasses.dataclass
+class Dataset:
+    """One saved measurement: ``rows`` (list of dicts; numbers parsed) and ``meta`` (dict)."""
+
+    name: str
+    rows: list[dict]
+    meta: dict
+
+    @property
+    def device(self) -> str:
+        """The GPU (or CPU) that made the measurement, for labels."""
+        env = self.meta.get("environment", {})
+        return (f"GPU: {env['gpu_name']}" if env.get("gpu_name")
+                else f"CPU: {env.get('cpu_model', 'unknown')}")
+
+    @property
+    def date(self) -> str:
+        """Date of the run (ISO 8601)."""
+        return self.meta.get("date", "unknown date")
+
+
+def slug(text: str) -> str:
+    """File-name-safe lower-case form of a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def save(name: str, rows: list[dict], *, command: str | None = None,
+         directory: pathlib.Path | str | None = None) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write rows to ``NAME.csv`` and the environment to ``NAME.json``.
+
+    Args:
+        name: file stem, e.g. ``"01_throughput_nvidia-h100-80gb-hbm3"``.
+        rows: dicts with the same keys; at least one.
+        command: what produced them (default: this process's command line).
+        directory: default :data:`RESULTS_DIR`.
+
+    Returns:
+        The two paths written.
+
+    Raises:
+        ValueError: no rows, or rows with different keys.
+    """
+    if not rows:
+        raise ValueError("rows must not be empty")
+    keys = list(rows[0])
+    if any(list(r) != keys for r in rows):
+        raise ValueError("all rows must have the same keys in the same order")
+    out = pathlib.Path(directory) if directory else RESULTS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out / f"{name}.csv", out / f"{name}.json"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = {
+        "name": name,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command or " ".join(sys.argv),
+        "rows": len(rows),
+        "environment": backend.info().as_dict(),
+    }
+    json_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return csv_path, json_path
+
+
+def _parse(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load(name: str, directory: pathlib.Path | str | None = None) -> Dataset:
+    """Read ``NAME.csv`` and ``NAME.json``.
+
+    Raises:
+        FileNotFoundError: either file is missing.
+    """
+    base = pathlib.Path(directory) if directory else RESULTS_DIR
+    with open(base / f"{name}.csv", newline="") as fh:
+        rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    meta = json.loads((base / f"{name}.json").read_text())
+    return Dataset(name, rows, meta)
+
+
+def find(prefix: str, directory: pathlib.Path | str | None = None) -> list[Dataset]:
+    """Every dataset whose name starts with ``prefix`` and has both files, sorted by name."""
+    base = pathlib.Path(directory) if directory else RESULTS_DIR
+    if not base.is_dir():
+        return []
+    names = sorted(p.stem for p in base.glob(f"{prefix}*.csv") if p.with_suffix(".json").exists())
+    return [load(n, base) for n in names]
