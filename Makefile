@@ -10,12 +10,13 @@ PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
 
-.PHONY: help env lab test test-fast run clean
+.PHONY: help env lab test test-fast run outputs clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
+	@echo "make outputs re-execute the notebooks in place, refreshing stored outputs"
 	@echo "make env     create or update the environment only"
 	@echo "make clean   remove build outputs (keeps the environment)"
 
@@ -43,3 +44,6 @@ run: env
 
 clean:
 	rm -rf build .pytest_cache
+
+outputs: env
+	$(PY) -m helpers.run_notebooks --in-place

@@ -4,7 +4,7 @@ For each notebook: run it top to bottom with nbclient (in this interpreter's ker
 the executed ``.ipynb`` and an HTML rendering to the output folder, and print one line:
 name, seconds, ok or failed (with the error's last line). Exits non-zero if any failed.
 
-Usage: ``python -m helpers.run_notebooks [NOTEBOOK ...] [--out build] [--timeout 600]``
+Usage: ``python -m helpers.run_notebooks [NOTEBOOK ...] [--out build | --in-place] [--timeout 600]``
 (default: every ``notebooks/[0-9]*.ipynb`` in name order).
 """
 
@@ -20,8 +20,13 @@ __all__ = ["run_notebook", "main"]
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_notebook(path: pathlib.Path, out_dir: pathlib.Path, timeout: int = 600) -> tuple[bool, float, str]:
+def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int = 600
+                 ) -> tuple[bool, float, str]:
     """Execute one notebook; write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``.
+
+    With ``out_dir=None`` the executed notebook replaces the original (refreshing its stored
+    outputs), and only if every cell ran. Widget state is not stored: it would embed each
+    chart widget's JavaScript in the file.
 
     Returns:
         (ok, seconds, error text or "").
@@ -33,6 +38,7 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path, timeout: int = 600) 
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     error = ""
@@ -44,6 +50,10 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path, timeout: int = 600) 
     except Exception as exc:  # noqa: BLE001 - report and go on to the next notebook
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
+    if out_dir is None:
+        if not error:
+            nbformat.write(nb, path)
+        return not error, seconds, error
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / path.name)
     body, _ = HTMLExporter().from_notebook_node(nb)
@@ -57,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "build")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--in-place", action="store_true",
+                        help="refresh the notebooks' stored outputs instead of writing to --out")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
     if not paths:
@@ -65,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     width = max(len(p.name) for p in paths)
     for path in paths:
-        ok, seconds, error = run_notebook(path, args.out, args.timeout)
+        ok, seconds, error = run_notebook(path, None if args.in_place else args.out, args.timeout)
         failed += not ok
         line = f"{path.name:<{width}}  {seconds:7.1f} s  {'ok' if ok else 'failed'}"
         print(line + (f"  ({error})" if error else ""), flush=True)
