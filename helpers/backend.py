@@ -201,6 +201,19 @@ def _simulator_active() -> bool:
     return cuda is not None and "simulator" in getattr(cuda.jit, "__module__", "")
 
 
+def _user_stacklevel() -> int:
+    """The stacklevel that makes a warning point at the user's import, not at the workbook or
+    the import machinery."""
+    frame, level = sys._getframe(1), 1
+    here = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (os.path.abspath(name).startswith(here) or name.startswith("<frozen")):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
+
+
 def _decide() -> tuple[str, str, int | None]:
     usable, probe, driver_version = _probe_gpu()
     user_value = os.environ.get(_ENV)
@@ -211,7 +224,7 @@ def _decide() -> tuple[str, str, int | None]:
             f"where kernels run; it found mode '{mode}'. Import helpers (or helpers.backend) "
             "before numba, or restart the kernel and import helpers first.",
             BackendWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
         return mode, f"numba.cuda imported early; {probe}", driver_version
     if user_value is not None and user_value.strip() not in ("", "0"):
@@ -223,7 +236,7 @@ def _decide() -> tuple[str, str, int | None]:
             mode = "unavailable"
             reason = (f"{_ENV}=0 was set by the user but {probe}: CUDA kernels cannot run. "
                       f"Unset {_ENV} to use the simulator.")
-            warnings.warn(reason, BackendWarning, stacklevel=3)
+            warnings.warn(reason, BackendWarning, stacklevel=_user_stacklevel())
     elif usable:
         os.environ[_ENV] = "0"
         mode, reason = "gpu", probe

@@ -96,19 +96,21 @@ def launch_config(n: int, threads_per_block: int = 256) -> tuple[int, int]:
     Raises:
         ValueError: n < 1 or threads_per_block outside 1..1024.
     """
-    if not isinstance(n, (int, np.integer)) or n < 1:
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if not isinstance(threads_per_block, (int, np.integer)) or not 1 <= threads_per_block <= 1024:
+    if (not isinstance(threads_per_block, (int, np.integer)) or isinstance(threads_per_block, bool)
+            or not 1 <= threads_per_block <= 1024):
         raise ValueError(f"threads_per_block must be in 1..1024, got {threads_per_block!r}")
     return math.ceil(n / threads_per_block), int(threads_per_block)
 
 
 def _check_vector(name: str, a) -> np.ndarray:
-    if hasattr(a, "__cuda_array_interface__"):
+    if hasattr(a, "__cuda_array_interface__") or type(a).__module__.startswith("numba"):
         raise TypeError(f"{name}: pass a NumPy array; for device arrays launch the kernel directly")
     a = np.asarray(a)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    a = np.ascontiguousarray(a)  # strided views (x[::2]) are copied: to_device needs contiguity
     if a.size < 1:
         raise ValueError(f"{name} must have at least 1 element, got 0")
     if a.dtype not in (np.float32, np.float64):

@@ -105,10 +105,14 @@ def throughput_figure(rows: Sequence[dict], peaks: Iterable[tuple[str, float]] =
             name=_trace_name(backend, device, source, dtype) + (f" {op}" if op else ""),
             line=dict(color=color_for(backend), dash=DASHES.get(source, "solid")),
             hovertemplate="%{x:,} elements: %{y:.3g} GB/s<extra></extra>"))
-    for label, bw in peaks:
-        fig.add_hline(y=bw / 1e9, line=dict(color=COLORS["peak"], dash="dot", width=1),
-                      annotation_text=f"{label}: {bw / 1e9:,.0f} GB/s",
-                      annotation_position="top left")
+    sizes = [r["size"] for r in rows if r.get("status", "ok").startswith("ok")] or [1, 10]
+    for (label, bw), dash in zip(peaks, ["dot", "dashdot", "longdash", "longdashdot"] * 4):
+        # Drawn as a trace, not add_hline: hline annotations misplace themselves on log axes.
+        fig.add_trace(go.Scatter(
+            x=[min(sizes), max(sizes)], y=[bw / 1e9] * 2, mode="lines",
+            name=f"{label}: {bw / 1e9:,.0f} GB/s",
+            line=dict(color=COLORS["peak"], dash=dash, width=1),
+            hovertemplate=f"{label}: {bw / 1e9:,.0f} GB/s<extra></extra>"))
     return _layout(fig, title, "elements (n)", "memory throughput (GB/s)")
 
 
@@ -173,10 +177,12 @@ def roofline_figure(roofs: Sequence[tuple[str, float, float, str]],
             hovertemplate="%{text}: %{y:,.1f} GFLOP/s<extra></extra>"))
     if marks and roofs:
         _, peak, bw, _ = roofs[0]
+        marks = sorted(marks, key=lambda m: m[1])  # alternate label sides along the x axis
         xs = [m[1] for m in marks]
         fig.add_trace(go.Scatter(
             x=xs, y=[min(peak, v * bw) / 1e9 for v in xs], mode="markers+text",
-            text=[m[0] for m in marks], textposition="bottom right",
+            text=[m[0] for m in marks],
+            textposition=["bottom right" if j % 2 == 0 else "top left" for j in range(len(marks))],
             marker=dict(symbol="x", size=10, color="#000000"),
             name=f"Table I layers as im2col GEMMs (bound on {roofs[0][0]})",
             hovertemplate="%{text}: %{x:.3g} FLOP/B<extra></extra>"))
@@ -203,7 +209,7 @@ def thread_map_figure(block_of: np.ndarray, thread_of: np.ndarray, threads_per_b
         xgap=2, ygap=2, hovertemplate="block %{y}, thread %{x}: %{text}<extra></extra>"))
     fig.update_layout(
         title=(f"{n} elements, {threads_per_block} threads per block, {blocks} blocks "
-               f"(grid rounded up; grey = idle threads); ran on {device}"),
+               f"(grid rounded up; grey = idle threads)<br><sup>ran on {device}</sup>"),
         height=120 + 60 * blocks, template="plotly_white", plot_bgcolor="#dddddd",
         margin=dict(l=70, r=20, t=60, b=50))
     fig.update_xaxes(title_text="threadIdx.x", dtick=1)

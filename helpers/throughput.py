@@ -91,11 +91,12 @@ def log_sizes(lo: float, hi: float, per_decade: int = 1) -> list[int]:
 
 
 def _bytes_per_size(experiment: str, op: str, n: int, itemsize: int) -> int:
-    """Memory the operands take: elementwise n elements per array; GEMM three n x n matrices."""
+    """Memory one point needs: the operands (elementwise n elements per array; GEMM three
+    n x n matrices) plus the float32 host arrays they are generated from."""
     if experiment == "elementwise":
         reads, writes, _ = ELEMENTWISE_OPS[op]
-        return (reads + writes) * n * itemsize
-    return 3 * n * n * itemsize
+        return (reads + writes) * n * itemsize + 2 * n * 4
+    return 3 * n * n * itemsize + 2 * n * n * 4
 
 
 def memory_limit_bytes(device: str) -> int:
@@ -144,7 +145,7 @@ def check_sizes(experiment: str, op: str, lo: int, hi: int, dtype: str, device: 
     if need > limit:
         where = device_label(device)
         raise ValueError(
-            f"size {hi:,} needs {need / 2**30:.1f} GiB of operands in {dtype}, more than the "
+            f"size {hi:,} needs {need / 2**30:.1f} GiB for its arrays in {dtype}, more than the "
             f"{limit / 2**30:.1f} GiB this sweep may use on {where}. Choose a smaller largest size.")
 
 
@@ -240,6 +241,7 @@ def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str
     from tqdm.auto import tqdm
 
     sizes = sorted(int(n) for n in sizes)
+    backends = None if backends is None else set(backends)
     power = 1 if experiment == "elementwise" else 3
     jobs = []
     for device in devices:
@@ -308,7 +310,7 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
     Raises:
         ValueError: unknown op, dtype or device, or sizes that do not fit in memory.
     """
-    sizes = list(sizes)
+    sizes, devices = list(sizes), list(devices)
     if not sizes:
         raise ValueError("sizes must not be empty")
     for device in devices:
@@ -325,7 +327,7 @@ def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: s
     Arguments and rows as :func:`elementwise_sweep` (``op`` is ``"gemm"``, ``bytes`` is
     ``3 n^2`` elements: A and B read once, C written once).
     """
-    sizes = list(sizes)
+    sizes, devices = list(sizes), list(devices)
     if not sizes:
         raise ValueError("sizes must not be empty")
     for device in devices:

@@ -1,0 +1,97 @@
+"""helpers.paper: the study's Table I layers and the GEMMs they become under im2col."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.paper import TABLE_I, ConvLayer, GemmShape, im2col_gemm
+
+STUDY_TUPLES = {
+    "Conv1": (128, 128, 96, 11, 1),
+    "Conv2": (128, 128, 96, 3, 1),
+    "Conv3": (128, 32, 128, 9, 1),
+    "Conv4": (128, 16, 128, 7, 1),
+    "Conv5": (128, 13, 384, 3, 1),
+}
+
+
+def test_table_i_has_the_studys_five_layers():
+    assert [layer.name for layer in TABLE_I] == list(STUDY_TUPLES)
+    for layer in TABLE_I:
+        assert layer.tuple5() == STUDY_TUPLES[layer.name]
+        assert (layer.b, layer.i, layer.f, layer.k, layer.s) == STUDY_TUPLES[layer.name]
+        assert layer.padding == 0
+
+
+def test_input_channels_as_documented():
+    assert {layer.name: layer.c for layer in TABLE_I} == {
+        "Conv1": 3, "Conv2": 3, "Conv3": 128, "Conv4": 128, "Conv5": 384}
+
+
+@pytest.mark.parametrize("name, p", [
+    ("Conv1", 118), ("Conv2", 126), ("Conv3", 24), ("Conv4", 10), ("Conv5", 11)])
+def test_out_size_of_table_i(name, p):
+    layer = next(layer for layer in TABLE_I if layer.name == name)
+    assert layer.out_size == p
+
+
+@pytest.mark.parametrize("i, k, s, padding, expected", [
+    (224, 11, 4, 2, 55),   # AlexNet conv1
+    (13, 3, 1, 1, 13),     # "same" padding
+    (7, 3, 2, 0, 3),
+    (8, 3, 2, 0, 3),       # floor division
+    (5, 5, 1, 0, 1),
+])
+def test_out_size_formula(i, k, s, padding, expected):
+    assert ConvLayer("x", b=1, i=i, f=1, k=k, s=s, c=1, padding=padding).out_size == expected
+
+
+def test_conv1_im2col_gemm_by_hand():
+    g = im2col_gemm(TABLE_I[0])
+    assert (g.m, g.k, g.n) == (96, 3 * 11 * 11, 128 * 118 * 118)
+    assert (g.m, g.k, g.n) == (96, 363, 1_782_272)
+    assert g.itemsize == 4
+    assert g.flops == 2 * 96 * 363 * 1_782_272
+    assert g.min_bytes == (96 * 363 + 363 * 1_782_272 + 96 * 1_782_272) * 4
+
+
+def test_conv5_im2col_gemm_by_hand():
+    g = im2col_gemm(TABLE_I[4])
+    assert (g.m, g.k, g.n) == (384, 384 * 3 * 3, 128 * 11 * 11)
+    assert (g.m, g.k, g.n) == (384, 3456, 15_488)
+    assert g.flops == 2 * 384 * 3456 * 15_488
+
+
+def test_gemm_flops_equal_layer_flops():
+    for layer in TABLE_I:
+        g = im2col_gemm(layer)
+        assert g.flops == layer.flops
+        p = layer.out_size
+        assert layer.flops == 2 * layer.b * layer.f * p * p * layer.c * layer.k * layer.k
+        assert layer.name in g.name
+
+
+def test_conv1_is_about_124_gflop():
+    assert TABLE_I[0].flops == pytest.approx(124.2e9, rel=1e-3)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_intensity_is_flops_over_min_bytes(itemsize):
+    for layer in TABLE_I:
+        g = im2col_gemm(layer, itemsize)
+        assert g.itemsize == itemsize
+        assert g.min_bytes == (g.m * g.k + g.k * g.n + g.m * g.n) * itemsize
+        assert g.intensity == pytest.approx(g.flops / g.min_bytes)
+    # halving the element size doubles the intensity
+    assert im2col_gemm(TABLE_I[2], 2).intensity == pytest.approx(
+        2 * im2col_gemm(TABLE_I[2], 4).intensity)
+
+
+def test_square_gemm_intensity_is_n_over_6_in_float32():
+    for n in (64, 512, 4096):
+        assert GemmShape("sq", n, n, n).intensity == pytest.approx(n / 6)
+
+
+def test_layers_are_immutable():
+    with pytest.raises(AttributeError):
+        TABLE_I[0].b = 1  # type: ignore[misc]

@@ -1,0 +1,141 @@
+"""helpers.results: CSV rows beside JSON metadata, saved and loaded back."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from helpers import backend, results
+
+
+@pytest.fixture
+def rows(rng):
+    out = []
+    for size in sorted(int(n) for n in rng.integers(1, 10**9, size=5)):
+        t = float(rng.uniform(1e-6, 1.0))
+        out.append({"backend": str(rng.choice(["numpy", "torch"])), "size": size,
+                    "median_s": t, "gb_s": 8 * size / t / 1e9, "status": "ok",
+                    "note": "M=96 N=128 K=363"})
+    out[-1]["median_s"] = math.nan
+    out[-1]["status"] = "skipped: estimated 3.2 s per call"
+    return out
+
+
+def test_save_then_load_round_trip(tmp_path, rows):
+    csv_path, json_path = results.save("01_test_cpu", rows, command="pytest", directory=tmp_path)
+    assert csv_path == tmp_path / "01_test_cpu.csv" and csv_path.is_file()
+    assert json_path == tmp_path / "01_test_cpu.json" and json_path.is_file()
+
+    ds = results.load("01_test_cpu", tmp_path)
+    assert ds.name == "01_test_cpu"
+    assert len(ds.rows) == len(rows)
+    for got, want in zip(ds.rows, rows):
+        assert list(got) == list(want)
+        assert type(got["size"]) is int and got["size"] == want["size"]
+        assert type(got["median_s"]) is float
+        if math.isnan(want["median_s"]):
+            assert math.isnan(got["median_s"])
+        else:
+            assert got["median_s"] == want["median_s"]  # repr round-trips floats exactly
+            assert got["gb_s"] == want["gb_s"]
+        assert got["backend"] == want["backend"] and got["status"] == want["status"]
+        assert got["note"] == want["note"]
+
+
+def test_meta_records_the_environment(tmp_path, rows):
+    _, json_path = results.save("run", rows, command="python -m helpers.throughput --quick",
+                                directory=tmp_path)
+    meta = json.loads(json_path.read_text())
+    ds = results.load("run", tmp_path)
+    assert ds.meta == meta
+    assert meta["name"] == "run"
+    assert meta["rows"] == len(rows)
+    assert meta["command"] == "python -m helpers.throughput --quick"
+    assert meta["date"][:4].isdigit() and "T" in meta["date"]
+    assert ds.date == meta["date"]
+    env = meta["environment"]
+    assert env["mode"] == backend.MODE
+    assert env["cpu_model"] == backend.info().cpu_model
+    assert "numpy" in env["versions"]
+    if backend.MODE != "gpu":
+        assert ds.device == f"CPU: {env['cpu_model']}"
+
+
+def test_dataset_device_prefers_the_gpu(tmp_path, rows):
+    results.save("gpu_run", rows, directory=tmp_path)
+    meta_path = tmp_path / "gpu_run.json"
+    meta = json.loads(meta_path.read_text())
+    meta["environment"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    meta_path.write_text(json.dumps(meta))
+    assert results.load("gpu_run", tmp_path).device == "GPU: NVIDIA H100 80GB HBM3"
+
+
+def test_default_command_is_this_process(tmp_path, rows):
+    import sys
+
+    _, json_path = results.save("cmd", rows, directory=tmp_path)
+    assert json.loads(json_path.read_text())["command"] == " ".join(sys.argv)
+
+
+def test_save_creates_the_directory(tmp_path, rows):
+    target = tmp_path / "a" / "b"
+    results.save("x", rows, directory=target)
+    assert (target / "x.csv").is_file()
+
+
+def test_find_by_prefix(tmp_path, rows):
+    for name in ("01_throughput_b", "01_throughput_a", "02_conv_a", "01_throughputs"):
+        results.save(name, rows, directory=tmp_path)
+    (tmp_path / "01_throughput_orphan.csv").write_text("a\n1\n")  # no JSON: ignored
+    found = results.find("01_throughput_", tmp_path)
+    assert [d.name for d in found] == ["01_throughput_a", "01_throughput_b"]
+    assert all(len(d.rows) == len(rows) for d in found)
+    assert [d.name for d in results.find("01_throughput", tmp_path)] == [
+        "01_throughput_a", "01_throughput_b", "01_throughputs"]
+    assert results.find("03", tmp_path) == []
+    assert results.find("01", tmp_path / "missing") == []
+
+
+def test_load_missing_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        results.load("nothing", tmp_path)
+
+
+def test_save_rejects_empty_rows(tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        results.save("empty", [], directory=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", [
+    [{"a": 1, "b": 2}, {"a": 1}],
+    [{"a": 1, "b": 2}, {"a": 1, "c": 2}],
+    [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+])
+def test_save_rejects_mismatched_keys(tmp_path, bad):
+    with pytest.raises(ValueError, match="same keys"):
+        results.save("bad", bad, directory=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+    ("Tesla V100-SXM2-16GB", "tesla-v100-sxm2-16gb"),
+    ("AMD EPYC 7B13 64-Core Processor", "amd-epyc-7b13-64-core-processor"),
+    ("Intel(R) Xeon(R) CPU @ 2.20GHz", "intel-r-xeon-r-cpu-2-20ghz"),
+    ("  --Odd__name!!  ", "odd-name"),
+])
+def test_slug(text, expected):
+    assert results.slug(text) == expected
+
+
+def test_slug_is_file_name_safe(rng):
+    chars = np.array(list("abcXYZ019 -_./\\:*?\"<>|()@#"))
+    for _ in range(50):
+        text = "".join(rng.choice(chars, size=int(rng.integers(1, 30))))
+        s = results.slug(text)
+        assert all(c.islower() or c.isdigit() or c == "-" for c in s)
+        assert not s.startswith("-") and not s.endswith("-") and "--" not in s

@@ -1,0 +1,107 @@
+"""helpers.run_notebooks: execute notebooks headless into a build folder, ipynb + html.
+
+Kernel starts take seconds, so one module fixture runs everything once: ``main()`` in this
+process on a good and a failing notebook into ``--out`` and, at the same time in a subprocess,
+``python -m helpers.run_notebooks --in-place`` on copies of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from helpers import run_notebooks
+
+GOOD = ("x = 6 * 7", "print('answer', x)")
+BAD = ("y = 1", "raise ValueError('broken on purpose')", "print('never reached')")
+
+
+def _notebook(path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    src = tmp_path_factory.mktemp("notebooks")
+    good = _notebook(src / "01_good.ipynb", *GOOD)
+    bad = _notebook(src / "02_bad.ipynb", *BAD)
+    out = tmp_path_factory.mktemp("build")
+
+    in_place = tmp_path_factory.mktemp("in_place")
+    ip_good = _notebook(in_place / "01_good.ipynb", *GOOD)
+    ip_bad = _notebook(in_place / "02_bad.ipynb", *BAD)
+    ip_bad_before = ip_bad.read_bytes()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helpers.run_notebooks", "--in-place", "--timeout", "60",
+         str(ip_good), str(ip_bad)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=run_notebooks.ROOT)
+
+    stdout = io.StringIO()  # capsys is function-scoped; capture by hand
+    try:
+        with contextlib.redirect_stdout(stdout):
+            code = run_notebooks.main([str(good), str(bad), "--out", str(out), "--timeout", "60"])
+    finally:
+        ip_out, ip_err = proc.communicate(timeout=300)
+    return {"code": code, "stdout": stdout.getvalue(), "out": out, "good": good,
+            "ip_code": proc.returncode, "ip_stdout": ip_out, "ip_stderr": ip_err,
+            "ip_dir": in_place, "ip_good": ip_good, "ip_bad": ip_bad,
+            "ip_bad_before": ip_bad_before}
+
+
+def test_exit_code_is_1_when_a_notebook_fails(run):
+    assert run["code"] == 1
+
+
+def test_one_line_per_notebook(run):
+    lines = run["stdout"].strip().splitlines()
+    assert len(lines) == 2
+    good, bad = lines
+    assert good.startswith("01_good.ipynb") and good.rstrip().endswith("ok")
+    assert "failed" not in good
+    assert " s " in good  # the seconds it took
+    assert bad.startswith("02_bad.ipynb") and " failed" in bad
+    assert "ValueError" in bad and "broken on purpose" in bad
+
+
+def test_executed_notebooks_and_html_land_in_out(run):
+    out = run["out"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "01_good.html", "01_good.ipynb", "02_bad.html", "02_bad.ipynb"]
+    for stem in ("01_good", "02_bad"):
+        html = (out / f"{stem}.html").read_text(encoding="utf-8")
+        assert html.lstrip().lower().startswith("<!doctype html")
+    good = nbformat.read(out / "01_good.ipynb", as_version=4)
+    assert "answer 42" in good.cells[1].outputs[0]["text"]
+    assert "answer 42" in (out / "01_good.html").read_text(encoding="utf-8")
+    bad = nbformat.read(out / "02_bad.ipynb", as_version=4)
+    assert bad.cells[1].outputs[0]["output_type"] == "error"
+    assert bad.cells[1].outputs[0]["ename"] == "ValueError"
+    assert bad.cells[2].outputs == []  # execution stopped at the error
+
+
+def test_sources_are_not_modified_when_writing_to_out(run):
+    src = nbformat.read(run["good"], as_version=4)
+    assert [c.source for c in src.cells] == list(GOOD)
+    assert all(not c.outputs for c in src.cells)
+
+
+def test_in_place_refreshes_only_notebooks_that_ran(run):
+    assert run["ip_code"] == 1, run["ip_stderr"]
+    lines = run["ip_stdout"].strip().splitlines()
+    assert len(lines) == 2 and lines[0].endswith("ok") and " failed" in lines[1]
+    good = nbformat.read(run["ip_good"], as_version=4)
+    assert "answer 42" in good.cells[1].outputs[0]["text"]
+    # a failing notebook keeps its file exactly as it was
+    assert run["ip_bad"].read_bytes() == run["ip_bad_before"]
+    # and nothing else is written beside them
+    assert sorted(p.name for p in run["ip_dir"].iterdir()) == ["01_good.ipynb", "02_bad.ipynb"]

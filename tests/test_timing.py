@@ -1,0 +1,190 @@
+"""helpers.timing.benchmark: warm-up, repeats, median, and synchronisation around the clock."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from helpers import backend, timing
+from conftest import simulator_only
+
+
+class FakeStream:
+    """An asynchronous fake device: like a CUDA stream, work runs in order on a background
+    thread while the caller goes on. ``launch`` queues ``delay_s`` of work and returns at once;
+    ``sync`` waits until everything queued has finished (``torch.cuda.synchronize``)."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self.launches = 0
+        self.syncs = 0
+        self.completed = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._cancelled = False
+        self._worker = threading.Thread(target=self._run, daemon=True)
+        self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if not self._cancelled:
+                    time.sleep(self.delay_s)
+                    self.completed += 1
+            finally:
+                self._queue.task_done()
+
+    def launch(self) -> None:
+        self.launches += 1
+        self._queue.put(True)
+
+    def sync(self) -> None:
+        self.syncs += 1
+        self._queue.join()
+
+    def close(self) -> None:
+        """Drop queued work and stop the worker."""
+        self._cancelled = True
+        self._queue.put(None)
+        self._worker.join(timeout=30)
+        assert not self._worker.is_alive()
+
+
+@pytest.fixture
+def stream():
+    s = FakeStream(0.02)
+    yield s
+    s.close()
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_summary_statistics_are_consistent(rng):
+    a = rng.standard_normal(20_000)
+    t = timing.benchmark(np.sort, a, min_run_time=0.02, label="sort")
+    assert t.label == "sort"
+    assert t.repeats >= 2 and len(t.times_s) == t.repeats
+    assert t.min_s <= t.median_s <= t.max_s
+    assert t.min_s == min(t.times_s) and t.max_s == max(t.times_s)
+    assert t.median_s == pytest.approx(float(np.median(t.times_s)))
+    assert t.iqr_s >= 0 and t.iqr_s <= t.max_s - t.min_s
+    assert t.calls_per_repeat >= 1
+    assert t.median_ms == pytest.approx(t.median_s * 1e3)
+    assert t.rate(1e6) == pytest.approx(1e6 / t.median_s)
+    assert t.meaningful is True
+    assert t.device == backend.info().cpu_label
+    assert "sort: median" in str(t)
+
+
+def test_label_defaults_to_function_name():
+    def my_call():
+        return 1 + 1
+
+    assert timing.benchmark(my_call, min_run_time=0.005).label == "my_call"
+
+
+def test_measures_a_known_duration():
+    t = timing.benchmark(_busy, 0.004, min_run_time=0.03, warmup=0)
+    assert 0.004 <= t.median_s < 0.02
+    assert t.repeats >= 2
+
+
+def test_slow_call_is_still_measured_twice():
+    # a call longer than min_run_time: blocked_autorange collects one block, benchmark adds one
+    t = timing.benchmark(_busy, 0.012, min_run_time=0.005, warmup=0)
+    assert t.repeats >= 2
+    assert t.min_s >= 0.012
+
+
+def test_args_kwargs_and_warmup_calls():
+    calls = []
+
+    def record(a, b=None):
+        calls.append((a, b))
+
+    t = timing.benchmark(record, 3, b="x", warmup=5, min_run_time=0.005)
+    assert set(calls) == {(3, "x")}
+    assert len(calls) >= 5 + t.repeats * t.calls_per_repeat
+
+
+def test_warmup_zero_allowed():
+    calls = []
+    timing.benchmark(lambda: calls.append(1), warmup=0, min_run_time=0.005)
+    assert calls
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"device": "tpu"}, "device"),
+    ({"device": "CPU"}, "device"),
+    ({"warmup": -1}, "warmup"),
+    ({"min_run_time": 0}, "min_run_time"),
+    ({"min_run_time": -0.1}, "min_run_time"),
+    ({"min_run_time": float("nan")}, "min_run_time"),
+])
+def test_bad_arguments(kwargs, match):
+    calls = []
+    with pytest.raises(ValueError, match=match):
+        timing.benchmark(lambda: calls.append(1), **kwargs)
+    assert calls == []  # refused before running anything
+
+
+@simulator_only
+def test_cuda_timings_in_the_simulator_are_flagged_not_meaningful():
+    t = timing.benchmark(lambda: None, device="cuda", min_run_time=0.005)
+    assert t.meaningful is False
+    assert "not a hardware timing" in str(t)
+    assert t.device == "Numba CUDA simulator (correctness only)"
+
+
+def test_device_label():
+    assert timing.device_label("cpu").startswith("CPU: ")
+    assert timing.device_label("cuda") == backend.info().device_label
+    with pytest.raises(ValueError):
+        timing.device_label("gpu")
+
+
+# -------------------------------------------------------------------------- synchronisation
+
+
+def test_fake_stream_is_asynchronous(stream):
+    start = time.perf_counter()
+    stream.launch()
+    returned = time.perf_counter() - start
+    stream.sync()
+    finished = time.perf_counter() - start
+    assert returned < 0.005 <= 0.018 <= finished
+    assert stream.completed == 1
+
+
+def test_benchmark_waits_for_asynchronous_work(stream):
+    t = timing.benchmark(stream.launch, sync=stream.sync, min_run_time=0.05, warmup=1)
+    # every timed call's 20 ms of work is inside the measurement
+    assert t.median_s >= 0.018
+    assert t.min_s >= 0.018
+    assert t.median_s < 0.2
+    # sync was called before reading the clock: at least twice per measurement
+    assert stream.syncs >= 2 * t.repeats
+    assert stream.completed == stream.launches  # nothing left running when it returned
+
+
+def test_without_waiting_the_same_work_looks_instant(stream):
+    # the control: if the timer did not synchronise, it would measure only the launch
+    t = timing.benchmark(stream.launch, sync=lambda: None, min_run_time=0.01, warmup=1)
+    assert t.median_s < 0.002
+    assert stream.completed < stream.launches
+
+
+def test_default_cpu_sync_does_not_wait(stream):
+    t = timing.benchmark(stream.launch, device="cpu", min_run_time=0.01, warmup=1)
+    assert t.median_s < 0.002
+    assert stream.syncs == 0

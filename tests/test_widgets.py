@@ -1,0 +1,273 @@
+"""helpers.widgets: LiveChart and the throughput explorer of notebook 01, driven from Python.
+
+The explorer measures on every change; the ranges here are small so each update takes a
+fraction of a second. A widget must never raise: bad input shows a message instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+
+from helpers import backend, results
+from helpers import throughput as tp
+from helpers import widgets
+
+SMALL = dict(size_range=(1000, 10000), point_budget_s=0.5, min_run_time=0.005,
+             reference_prefix="__no_reference_results__")
+
+
+@pytest.fixture(params=[False, True], ids=["output", "figurewidget"])
+def use_fw(request):
+    return request.param
+
+
+@pytest.fixture
+def explorer(use_fw):
+    """An explorer in both display modes (FigureWidget and Output)."""
+    return widgets.ThroughputExplorer(use_figurewidget=use_fw, **SMALL)
+
+
+@pytest.fixture
+def plain_explorer():
+    """An explorer in Output mode only, for behaviour that does not depend on the display."""
+    return widgets.ThroughputExplorer(use_figurewidget=False, **SMALL)
+
+
+def _shown_figure(chart: widgets.LiveChart) -> go.Figure:
+    """What the chart's widget displays: the FigureWidget itself, or the snapshot."""
+    if chart.use_figurewidget:
+        fw = chart.widget.children[0]
+        assert isinstance(fw, go.FigureWidget)
+        return fw
+    return chart.figure
+
+
+def _cpu_traces(chart) -> list:
+    """The lines measured on this machine's CPU (a GPU machine adds GPU lines)."""
+    cpu = tp.device_label("cpu")
+    return [t for t in _shown_figure(chart).data if cpu in (t.name or "")]
+
+
+def _xs(chart) -> set:
+    return {x for trace in _shown_figure(chart).data for x in trace.x}
+
+
+def _shows_charts(explorer) -> bool:
+    return explorer.body.children == (explorer.charts,)
+
+
+def _shows_message(explorer) -> bool:
+    return explorer.body.children == (explorer.message,)
+
+
+# ------------------------------------------------------------------------------- LiveChart
+
+
+def _line(rng, name, n=5):
+    return go.Figure(go.Scatter(x=list(range(n)), y=rng.standard_normal(n).tolist(), name=name))
+
+
+def test_live_chart_update_replaces_the_data(rng, use_fw):
+    chart = widgets.LiveChart(_line(rng, "first"), use_figurewidget=use_fw)
+    assert chart.use_figurewidget is use_fw
+    assert [t.name for t in _shown_figure(chart).data] == ["first"]
+
+    new = _line(rng, "second")
+    new.add_trace(go.Scatter(x=[1, 2], y=[3, 4], name="third"))
+    new.update_layout(title="updated")
+    chart.update(new)
+    for fig in (chart.figure, _shown_figure(chart)):
+        assert [t.name for t in fig.data] == ["second", "third"]
+        assert list(fig.data[0].y) == list(new.data[0].y)
+        assert fig.layout.title.text == "updated"
+    # the snapshot is a copy: changing the figure passed in does not change the chart
+    new.data[0].name = "changed later"
+    assert chart.figure.data[0].name == "second"
+
+
+def test_live_chart_starts_empty(use_fw):
+    chart = widgets.LiveChart(use_figurewidget=use_fw)
+    assert len(chart.figure.data) == 0
+    chart.update(go.Figure(go.Bar(x=["a"], y=[1])))
+    assert len(_shown_figure(chart).data) == 1
+
+
+def test_figurewidget_not_used_in_vscode(monkeypatch):
+    monkeypatch.setenv("VSCODE_PID", "1234")
+    assert widgets.figurewidget_supported() is False
+    assert widgets.LiveChart().use_figurewidget is False
+
+
+# ------------------------------------------------------------------------------- explorer
+
+
+def test_explorer_measures_on_construction(explorer):
+    assert _shows_charts(explorer)
+    assert explorer.rows and all(r["status"] == "ok" for r in explorer.rows)
+    assert {r["backend"] for r in explorer.rows if r["device_kind"] == "cpu"} == {"numpy", "torch"}
+    assert sorted({r["size"] for r in explorer.rows}) == tp.log_sizes(1000, 10000, 2)
+    for chart in (explorer.runtime_chart, explorer.throughput_chart):
+        cpu = _cpu_traces(chart)
+        assert len(cpu) == 2  # one line per backend
+        assert sorted(t.name.split()[0] for t in cpu) == ["numpy", "torch"]
+        assert all(list(t.x) == [1000, 3162, 10000] for t in cpu)
+    assert _xs(explorer.throughput_chart) == {1000, 3162, 10000}
+    assert "measured" in explorer.status.value
+    assert "GB/s" in _shown_figure(explorer.throughput_chart).layout.yaxis.title.text
+
+
+def test_explorer_without_measuring():
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, measure=False, **SMALL)
+    assert ex.rows == []
+    assert len(ex.throughput_chart.figure.data) == 0
+
+
+def test_changing_the_largest_size_redraws(explorer):
+    explorer.size_max.value = 100_000
+    assert _shows_charts(explorer)
+    assert _xs(explorer.throughput_chart) == {1000, 3162, 10000, 31623, 100000}
+    assert max(_xs(explorer.runtime_chart)) == 100_000
+
+
+def test_changing_the_dtype_redraws(plain_explorer):
+    explorer = plain_explorer
+    explorer.dtype.value = "bfloat16"
+    assert _shows_charts(explorer)
+    # numpy has no bfloat16: only torch is drawn, and the status says what was not measured
+    cpu = _cpu_traces(explorer.throughput_chart)
+    assert len(cpu) == 1
+    assert cpu[0].name.startswith("torch bfloat16")
+    assert "not measured" in explorer.status.value
+
+
+def test_bad_input_shows_a_message_then_recovers(explorer):
+    before = _xs(explorer.throughput_chart)
+    runtime_before = len(_shown_figure(explorer.runtime_chart).data)
+    # (control, value, part of the reason); none of these may raise
+    steps = [
+        ("size_min", 0, "at least 1"),
+        ("size_min", -5, "at least 1"),
+        ("size_min", 20_000, "must not exceed"),
+        ("size_min", 1_000, None),            # valid again: charts come back
+        ("size_max", 0, "at least 1"),
+        ("size_max", -1, "at least 1"),
+        ("size_max", 10**13, "GiB"),
+        ("size_max", 10_000, None),
+    ]
+    for control, value, reason in steps:
+        getattr(explorer, control).value = value
+        assert getattr(explorer, control).value == value  # the controls stay as left
+        if reason is None:
+            assert _shows_charts(explorer), explorer.message.value
+            assert _xs(explorer.throughput_chart) == before
+            assert len(_shown_figure(explorer.runtime_chart).data) == runtime_before
+            assert len(_cpu_traces(explorer.throughput_chart)) == 2
+            assert "measured" in explorer.status.value
+        else:
+            assert _shows_message(explorer), (control, value)
+            assert reason in explorer.message.value, (control, value, explorer.message.value)
+            assert explorer.status.value == ""
+
+
+def test_message_text_is_escaped(plain_explorer):
+    explorer = plain_explorer
+    explorer.show_message("<script>alert(1)</script>")
+    assert "<script>" not in explorer.message.value
+    assert "&lt;script&gt;" in explorer.message.value
+    assert _shows_message(explorer)
+
+
+def test_switching_to_gemm_resets_sizes_and_measures(plain_explorer):
+    explorer = plain_explorer
+    explorer.op.value = "gemm"
+    lo, hi = widgets.ThroughputExplorer.DEFAULT_RANGES["gemm"]
+    assert (explorer.size_min.value, explorer.size_max.value) == (lo, hi)
+    assert _shows_charts(explorer)
+    assert {r["experiment"] for r in explorer.rows} == {"gemm"}
+    assert sorted({r["size"] for r in explorer.rows}) == tp.log_sizes(lo, hi, 2)
+    fig = _shown_figure(explorer.throughput_chart)
+    assert "GEMM" in fig.layout.title.text and "GFLOP/s" in fig.layout.yaxis.title.text
+    assert _xs(explorer.throughput_chart) == set(tp.log_sizes(lo, hi, 2))
+
+
+def test_switching_op_measures_once(monkeypatch):
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, measure=False, **SMALL)
+    calls = []
+    real = tp.elementwise_sweep
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tp, "elementwise_sweep", counting)
+    ex.op.value = "saxpy"
+    assert calls == ["saxpy"]
+    assert (ex.size_min.value, ex.size_max.value) == (1000, 1_000_000)
+    assert {r["op"] for r in ex.rows} == {"saxpy"}
+
+
+def test_unexpected_error_shows_a_message(plain_explorer, monkeypatch):
+    explorer = plain_explorer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("device on fire")
+
+    monkeypatch.setattr(tp, "elementwise_sweep", broken)
+    explorer.size_max.value = 20_000  # must not raise
+    assert _shows_message(explorer)
+    assert "RuntimeError" in explorer.message.value
+    assert "device on fire" in explorer.message.value
+
+    monkeypatch.undo()
+    explorer.size_max.value = 10_000
+    assert _shows_charts(explorer)
+
+
+def test_nothing_measurable_shows_the_reasons(plain_explorer, monkeypatch):
+    explorer = plain_explorer
+
+    def all_skipped(op, sizes, *args, **kwargs):
+        return [tp._row("elementwise", op, "numpy", "cpu", "float32", n, status="skipped: test")
+                for n in sizes]
+
+    monkeypatch.setattr(tp, "elementwise_sweep", all_skipped)
+    explorer.size_max.value = 20_000
+    assert _shows_message(explorer)
+    assert "Nothing could be measured" in explorer.message.value
+    assert "skipped: test" in explorer.message.value
+
+
+# ------------------------------------------------------------- reference curves (results/)
+
+
+@pytest.mark.skipif(backend.MODE == "gpu", reason="references are drawn only without a GPU")
+def test_reference_gpu_rows_are_drawn_with_the_gpus_bandwidth(tmp_path, monkeypatch, rng):
+    rows = []
+    for n in (1000, 3162, 10000, 10**6):
+        t = float(rng.uniform(1e-6, 1e-5))
+        rows.append(dict(tp._row("elementwise", "relu", "torch", "cpu", "float32", n),
+                         device_kind="cuda", device="GPU: NVIDIA H100 80GB HBM3",
+                         median_s=t, iqr_s=0.0, min_s=t, max_s=t, repeats=10,
+                         gb_s=8 * n / t / 1e9, gflop_s=n / t / 1e9))
+    results.save("01_throughput_test-gpu", rows, directory=tmp_path)
+    meta_path = tmp_path / "01_throughput_test-gpu.json"
+    meta = json.loads(meta_path.read_text())
+    meta["environment"].update(gpu_name="NVIDIA H100 80GB HBM3",
+                               gpu_peak_bandwidth_bytes_s=3.35e12)
+    meta_path.write_text(json.dumps(meta))
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, size_range=(1000, 10000),
+                                    point_budget_s=0.5, min_run_time=0.005)
+    fig = ex.throughput_chart.figure
+    reference = [t for t in fig.data if "(results/)" in t.name]
+    assert len(reference) == 1
+    assert "NVIDIA H100 80GB HBM3" in reference[0].name
+    assert reference[0].line.dash == "dot"
+    assert list(reference[0].x) == [1000, 3162, 10000]  # only sizes inside the range
+    # the reference GPU's datasheet bandwidth is drawn (as a labelled line or annotation)
+    labels = [t.name or "" for t in fig.data] + [a.text or "" for a in fig.layout.annotations]
+    assert any("3,350 GB/s" in text and "NVIDIA H100 80GB HBM3" in text for text in labels)
