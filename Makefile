@@ -22,7 +22,7 @@ help:
 
 .tools/bin/uv:
 	$(PYTHON) -m venv .tools
-	PIP_CONFIG_FILE=/dev/null .tools/bin/python -m pip install --quiet --disable-pip-version-check uv
+	.tools/bin/python -m pip install --quiet --disable-pip-version-check uv
 
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --python "$$($(PYTHON) -c 'import sys; print(sys.executable)')"
