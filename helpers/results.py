@@ -17,7 +17,7 @@ import sys
 
 from . import backend
 
-__all__ = ["RESULTS_DIR", "Dataset", "save", "load", "find", "slug"]
+__all__ = ["RESULTS_DIR", "Dataset", "save", "load", "find", "slug", "gpu_rows"]
 
 #: The repository's ``results/`` folder.
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "results"
@@ -117,3 +117,18 @@ def find(prefix: str, directory: pathlib.Path | str | None = None) -> list[Datas
         return []
     names = sorted(p.stem for p in base.glob(f"{prefix}*.csv") if p.with_suffix(".json").exists())
     return [load(n, base) for n in names]
+
+
+def gpu_rows(datasets: list[Dataset], **match) -> list[dict]:
+    """The GPU rows of saved datasets, ready to draw beside live measurements.
+
+    Each row gets ``source="reference"`` (charts draw it dotted) and ``device`` set to the GPU
+    and the date that made it. ``match`` keeps only rows whose fields equal the given values,
+    e.g. ``gpu_rows(ds, experiment="gemm", dtype="float32")``.
+    """
+    out = []
+    for ds in datasets:
+        for r in ds.rows:
+            if r.get("device_kind") == "cuda" and all(r.get(k) == v for k, v in match.items()):
+                out.append(dict(r, source="reference", device=f"{ds.device}, {ds.date[:10]}"))
+    return out

@@ -44,6 +44,9 @@ __all__ = [
     "gemm_sweep",
     "log_sizes",
     "check_sizes",
+    "measured_bandwidth",
+    "bandwidth_peaks",
+    "rooflines",
     "main",
 ]
 
@@ -334,6 +337,59 @@ def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: s
         check_sizes("gemm", "gemm", min(sizes), max(sizes), dtype, device)
     return _sweep("gemm", "gemm", sizes, devices, dtype, min_run_time, point_budget_s,
                   progress, backends)
+
+
+def measured_bandwidth(rows: list[dict], device_kind: str = "cpu") -> float | None:
+    """Best measured GB/s (as bytes/s) at the largest elementwise size, far beyond the caches:
+    the device's achievable memory bandwidth. None if no such row was measured."""
+    ok = [r for r in rows if r["experiment"] == "elementwise" and r["status"] == "ok"
+          and r["device_kind"] == device_kind]
+    if not ok:
+        return None
+    largest = max(r["size"] for r in ok)
+    return max(r["gb_s"] for r in ok if r["size"] == largest) * 1e9
+
+
+def _gpu_environments(references) -> list[dict]:
+    """The environment of the GPU here, or of the GPUs that made the reference datasets."""
+    if backend.MODE == "gpu":
+        return [backend.info().as_dict()]
+    return [ds.meta.get("environment", {}) for ds in references]
+
+
+def bandwidth_peaks(references=(), cpu_rows: list[dict] = ()) -> list[tuple[str, float]]:
+    """(label, bytes/s) lines for a throughput chart: the CPU's measured bandwidth (from
+    ``cpu_rows``) and the datasheet bandwidth of the GPU here or of the reference GPUs."""
+    peaks = []
+    cpu_bw = measured_bandwidth(list(cpu_rows)) if cpu_rows else None
+    if cpu_bw:
+        peaks.append((f"{backend.info().cpu_label}, measured", cpu_bw))
+    for env in _gpu_environments(references):
+        if env.get("gpu_peak_bandwidth_bytes_s"):
+            peaks.append((f"{env['gpu_name']} datasheet", env["gpu_peak_bandwidth_bytes_s"]))
+    return peaks
+
+
+def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[str, float, float, str]]:
+    """Roofs for :func:`helpers.plots.roofline_figure`: (label, peak FLOP/s, bytes/s, colour).
+
+    The GPU here or the reference GPUs (datasheet peaks), the study's K40c (datasheet), and
+    this CPU (estimated peak from cores x clock x vector width; measured bandwidth), each label
+    saying where its numbers come from.
+    """
+    roofs = []
+    for env in _gpu_environments(references):
+        if env.get("gpu_peak_fp32_flops") and env.get("gpu_peak_bandwidth_bytes_s"):
+            roofs.append((f"{env['gpu_name']} (datasheet)", env["gpu_peak_fp32_flops"],
+                          env["gpu_peak_bandwidth_bytes_s"], "#0072B2"))
+    k40 = backend.lookup_gpu("Tesla K40c")
+    roofs.append(("Tesla K40c, the study's GPU (datasheet)", k40.fp32_flops,
+                  k40.bandwidth_bytes_s, "#999999"))
+    info = backend.info()
+    if info.cpu_peak_fp32_flops_estimate and cpu_bandwidth:
+        roofs.append((f"{info.cpu_label} (estimated peak, measured bandwidth)",
+                      info.cpu_peak_fp32_flops_estimate, cpu_bandwidth, "#E69F00"))
+    return roofs
 
 
 def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2) -> list[dict]:

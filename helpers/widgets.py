@@ -216,7 +216,7 @@ class ThroughputExplorer:
         if experiment == "gemm":
             fig = plots.gemm_figure(shown, title=f"GEMM throughput ({dtype})")
         else:
-            fig = plots.throughput_figure(shown, peaks=self._bandwidth_peaks(),
+            fig = plots.throughput_figure(shown, peaks=throughput.bandwidth_peaks(self.references),
                                           title=f"{op}: memory throughput ({dtype})")
         self.throughput_chart.update(fig)
         skipped = [r for r in rows if r["status"] != "ok"]
@@ -225,21 +225,5 @@ class ThroughputExplorer:
         self.body.children = [self.charts]
 
     def _reference_rows(self, op: str, dtype: str, lo: int, hi: int) -> list[dict]:
-        out = []
-        for ds in self.references:
-            for r in ds.rows:
-                if (r.get("device_kind") == "cuda" and r.get("op") == op
-                        and r.get("dtype") == dtype and lo <= r.get("size", 0) <= hi):
-                    out.append(dict(r, source="reference", device=f"{ds.device}, {ds.date[:10]}"))
-        return out
-
-    def _bandwidth_peaks(self) -> list[tuple[str, float]]:
-        info = backend.info()
-        if info.gpu_peak_bandwidth_bytes_s:
-            return [(f"{info.gpu_name} datasheet", info.gpu_peak_bandwidth_bytes_s)]
-        peaks = []
-        for ds in self.references:
-            env = ds.meta.get("environment", {})
-            if env.get("gpu_peak_bandwidth_bytes_s"):
-                peaks.append((f"{env.get('gpu_name')} datasheet", env["gpu_peak_bandwidth_bytes_s"]))
-        return peaks
+        return [r for r in results.gpu_rows(self.references, op=op, dtype=dtype)
+                if lo <= r["size"] <= hi]

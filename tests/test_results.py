@@ -139,3 +139,29 @@ def test_slug_is_file_name_safe(rng):
         s = results.slug(text)
         assert all(c.islower() or c.isdigit() or c == "-" for c in s)
         assert not s.startswith("-") and not s.endswith("-") and "--" not in s
+
+
+def _gpu_dataset(tmp_path, gpu_name="NVIDIA H100 80GB HBM3"):
+    rows = [
+        {"experiment": "gemm", "op": "gemm", "device_kind": "cuda", "dtype": "float32",
+         "size": 1024, "device": "GPU: x"},
+        {"experiment": "gemm", "op": "gemm", "device_kind": "cuda", "dtype": "bfloat16",
+         "size": 1024, "device": "GPU: x"},
+        {"experiment": "gemm", "op": "gemm", "device_kind": "cpu", "dtype": "float32",
+         "size": 1024, "device": "CPU: y"},
+    ]
+    results.save("01_throughput_test", rows, directory=tmp_path)
+    ds = results.load("01_throughput_test", tmp_path)
+    ds.meta["environment"]["gpu_name"] = gpu_name
+    return ds
+
+
+def test_gpu_rows_keep_gpu_rows_that_match_and_label_them(tmp_path):
+    ds = _gpu_dataset(tmp_path)
+    rows = results.gpu_rows([ds], dtype="float32")
+    assert len(rows) == 1
+    assert rows[0]["source"] == "reference"
+    assert rows[0]["device"] == f"GPU: NVIDIA H100 80GB HBM3, {ds.date[:10]}"
+    assert len(results.gpu_rows([ds])) == 2  # no filter: both GPU rows, never the CPU row
+    assert results.gpu_rows([ds], dtype="float16") == []
+    assert ds.rows[0]["device"] == "GPU: x"  # the dataset itself is left as it was

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import backend
 from helpers import throughput as tp
 from helpers.timing import device_label
 from conftest import simulator_only
@@ -237,3 +238,48 @@ def test_gemm_budget_uses_cubic_estimate():
 def test_sweeps_refuse_bad_arguments(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_measured_bandwidth_is_the_best_at_the_largest_size():
+    rows = [
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 10, "gb_s": 90.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000, "gb_s": 12.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000, "gb_s": 15.0},
+        {"experiment": "elementwise", "status": "skipped", "device_kind": "cpu", "size": 10**6,
+         "gb_s": float("nan")},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cuda", "size": 10**6, "gb_s": 900.0},
+    ]
+    assert tp.measured_bandwidth(rows) == pytest.approx(15e9)
+    assert tp.measured_bandwidth(rows, "cuda") == pytest.approx(900e9)
+    assert tp.measured_bandwidth([]) is None
+
+
+@simulator_only
+def test_rooflines_name_their_sources_and_include_the_study_gpu():
+    roofs = tp.rooflines((), cpu_bandwidth=20e9)
+    labels = [r[0] for r in roofs]
+    k40 = [r for r in roofs if "K40c" in r[0]]
+    assert len(k40) == 1 and k40[0][1] == pytest.approx(4.29e12) and k40[0][2] == pytest.approx(288e9)
+    if backend.info().cpu_peak_fp32_flops_estimate:
+        cpu = [r for r in roofs if "estimated peak, measured bandwidth" in r[0]]
+        assert len(cpu) == 1 and cpu[0][2] == 20e9
+    assert all("datasheet" in label or "estimated" in label for label in labels)
+    # without a measured CPU bandwidth there is no CPU roof
+    assert not any("estimated" in r[0] for r in tp.rooflines((), cpu_bandwidth=None))
+
+
+@simulator_only
+def test_bandwidth_peaks_use_the_reference_gpus_datasheet(tmp_path):
+    from helpers import results
+
+    rows = [{"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 10,
+             "gb_s": 10.0}]
+    results.save("ref", [{"a": 1}], directory=tmp_path)
+    ds = results.load("ref", tmp_path)
+    ds.meta["environment"].update(gpu_name="NVIDIA H100 80GB HBM3",
+                                  gpu_peak_bandwidth_bytes_s=3.35e12, gpu_peak_fp32_flops=67e12)
+    peaks = tp.bandwidth_peaks([ds], rows)
+    assert peaks[0][1] == pytest.approx(10e9) and "measured" in peaks[0][0]
+    assert ("NVIDIA H100 80GB HBM3 datasheet", 3.35e12) in peaks
+    roofs = tp.rooflines([ds], cpu_bandwidth=None)
+    assert roofs[0][:3] == ("NVIDIA H100 80GB HBM3 (datasheet)", 67e12, 3.35e12)
