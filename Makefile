@@ -9,6 +9,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
+# JupyterLab refuses to run as root unless told; containers often run as root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: help env lab test test-fast run outputs clean
 
@@ -31,7 +33,7 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 env: $(VENV)/.synced
 
 lab: env
-	$(VENV)/bin/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks/00_start_here.ipynb --port $(PORT)
+	$(VENV)/bin/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks/00_start_here.ipynb --port $(PORT) $(ROOT_FLAG)
 
 test: env
 	$(PY) -m pytest
