@@ -1,0 +1,326 @@
+"""The convolution strategies the study compares, behind one interface.
+
+``conv2d(x, w, stride=1, padding=0, strategy="reference", device=None) -> y`` and
+``conv2d_backward(x, w, dy, stride=1, padding=0, strategy=..., device=None) -> (dx, dw)``.
+
+Shapes (cuDNN paper symbols): ``x: (N, C, H, W)``, ``w: (K, C, R, S)``, ``y, dy: (N, K, P, Q)``
+with ``P = (H + 2*pad_h - R) // stride_h + 1`` (likewise Q); float32 (other float dtypes are
+converted); cross-correlation, as ``torch.nn.functional.conv2d``. ``stride`` and ``padding``
+are ints or (h, w) pairs.
+
+Inputs are NumPy arrays or torch tensors; results are of the same kind as ``x`` (NumPy in,
+NumPy out; a tensor in, a tensor on x's device out). ``device`` is ``"cpu"`` or ``"cuda"``
+(default: ``"cuda"`` for a CUDA tensor, else ``"cpu"``). ``"cuda"`` runs the CUDA kernels on
+the GPU or, without one, in the Numba CUDA simulator (torch-based steps then run on the CPU).
+
+:data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
+``unrolling``, ``fft``, ``library``), what it supports, its FLOPs and its analytic workspace.
+
+Source: Li et al., ICPP 2016, Section II-C (the three strategies) and Figures 3-5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .. import backend
+from . import direct, reference, unroll
+from ._arrays import cuda_device, to_torch
+from .config import ConvConfig
+
+__all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",
+           "simulator_refusal", "SIMULATOR_MAX_MACS", "memory_report"]
+
+#: Simulator budget: interpreted multiply-adds per call (the simulator manages ~1e5-1e6 a second).
+SIMULATOR_MAX_MACS = 400_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """One way of computing a convolution.
+
+    Attributes:
+        name: registry key. family: ``direct``, ``unrolling``, ``fft`` or ``library``.
+        description: one paragraph for learners.
+        devices: where it runs (``"cpu"``, ``"cuda"``).
+        uses_numba_kernels: its CUDA path launches our Numba kernels (so the simulator budget
+            applies without a GPU).
+        finite_only: refuses inputs with NaN or infinity (they would spread to every output).
+    """
+
+    name: str
+    family: str
+    description: str
+    devices: tuple[str, ...]
+    _forward: Callable
+    _backward: Callable
+    _flops: Callable[[ConvConfig], int]
+    _workspace: Callable[[ConvConfig, bool], int | None]
+    _supports: Callable[[ConvConfig, str], str | None] = lambda cfg, device: None
+    uses_numba_kernels: bool = False
+    finite_only: bool = False
+    stride_note: str = "any stride, natively"
+
+    def supports(self, cfg: ConvConfig, device: str = "cpu") -> str | None:
+        """None if this strategy computes ``cfg`` on ``device``, else the reason it cannot."""
+        if device not in ("cpu", "cuda"):
+            return f"device must be 'cpu' or 'cuda', got {device!r}"
+        if device not in self.devices:
+            return f"{self.name} has no {device} implementation (it runs on {', '.join(self.devices)})"
+        if device == "cuda" and backend.MODE == "unavailable":
+            return "no CUDA device: NUMBA_ENABLE_CUDASIM=0 was set on a machine without a GPU"
+        return self._supports(cfg, device)
+
+    def flops(self, cfg: ConvConfig, backward: bool = False) -> int:
+        """FLOPs of the forward pass (multiply-adds x 2), or of forward + backward."""
+        f = self._flops(cfg)
+        return 3 * f if backward else f
+
+    def workspace_bytes(self, cfg: ConvConfig, backward: bool = False) -> int | None:
+        """Analytic extra memory in bytes beyond x, w, y (and dx, dw, dy); None if not known
+        in advance (torch's choice of cuDNN algorithm)."""
+        return self._workspace(cfg, backward)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str):
+        return self._forward(x, w, cfg, device)
+
+    def backward(self, x, w, dy, cfg: ConvConfig, device: str):
+        return self._backward(x, w, dy, cfg, device)
+
+
+def _direct_forward(tiled: bool):
+    def run(x, w, cfg, device):
+        if device == "cpu":
+            return direct.forward_cpu(x, w, cfg)
+        return direct.forward_tiled(x, w, cfg) if tiled else direct.forward_naive(x, w, cfg)
+    return run
+
+
+def _direct_backward(x, w, dy, cfg, device):
+    return direct.backward_cpu(x, w, dy, cfg) if device == "cpu" else direct.backward_cuda(x, w, dy, cfg)
+
+
+def _fft_module():
+    from . import fft
+
+    return fft
+
+
+def _fft_supports(cfg: ConvConfig, device: str) -> str | None:
+    return _fft_module().supports(cfg)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in [
+        Strategy(
+            "direct-naive", "direct",
+            "Direct convolution, one CUDA thread per output element reading its whole window "
+            "from global memory; on the CPU, Numba loops parallel over images x filters.",
+            ("cpu", "cuda"), _direct_forward(False), _direct_backward,
+            lambda cfg: cfg.flops, lambda cfg, b: 0, uses_numba_kernels=True),
+        Strategy(
+            "direct-tiled", "direct",
+            "Direct convolution with a shared-memory input tile (plus halo) and filter per "
+            "block, a barrier between loading and computing; backward shares direct-naive's "
+            "gather kernels.",
+            ("cuda",), _direct_forward(True), _direct_backward,
+            lambda cfg: cfg.flops, lambda cfg, b: 0,
+            _supports=lambda cfg, device: direct.tiled_supports(cfg), uses_numba_kernels=True),
+        Strategy(
+            "im2col-gemm", "unrolling",
+            "im2col (our CUDA kernel; a strided view on the CPU) then one GEMM by cuBLAS/BLAS "
+            "through torch; backward: two GEMMs and col2im.",
+            ("cpu", "cuda"),
+            lambda x, w, cfg, d: unroll.forward(x, w, cfg, d, gemm="torch"),
+            lambda x, w, dy, cfg, d: unroll.backward(x, w, dy, cfg, d, gemm="torch"),
+            lambda cfg: cfg.flops, unroll.workspace_bytes, uses_numba_kernels=True),
+        Strategy(
+            "im2col-tiled", "unrolling",
+            "im2col and col2im as in im2col-gemm, with the GEMMs done by our own shared-memory "
+            "tiled kernel from helpers.gemm instead of cuBLAS.",
+            ("cuda",),
+            lambda x, w, cfg, d: unroll.forward(x, w, cfg, d, gemm="tiled"),
+            lambda x, w, dy, cfg, d: unroll.backward(x, w, dy, cfg, d, gemm="tiled"),
+            lambda cfg: cfg.flops, unroll.workspace_bytes, uses_numba_kernels=True),
+        Strategy(
+            "fft", "fft",
+            "FFT convolution with torch.fft (cuFFT on a GPU, pocketfft on the CPU): transform "
+            "input and zero-padded filters, multiply-accumulate over channels in the frequency "
+            "domain, transform back, crop.",
+            ("cpu", "cuda"),
+            lambda x, w, cfg, d: _fft_module().forward(x, w, cfg),
+            lambda x, w, dy, cfg, d: _fft_module().backward(x, w, dy, cfg),
+            lambda cfg: _fft_module().flops(cfg),
+            lambda cfg, b: _fft_module().workspace_bytes(cfg),
+            _supports=_fft_supports, finite_only=True,
+            stride_note="stride 1 natively; a larger stride computes the stride-1 output and "
+                        "keeps every s-th row and column, so it costs the full stride-1 work"),
+        Strategy(
+            "reference", "library",
+            "torch.nn.functional.conv2d and its autograd backward: cuDNN on an NVIDIA GPU, "
+            "oneDNN on the CPU. The library to beat.",
+            ("cpu", "cuda"),
+            lambda x, w, cfg, d: reference.forward(x, w, cfg),
+            lambda x, w, dy, cfg, d: reference.backward(x, w, dy, cfg),
+            lambda cfg: cfg.flops, lambda cfg, b: None),
+    ]
+}
+
+
+def simulator_refusal(strategy: Strategy, cfg: ConvConfig, backward: bool = False) -> str | None:
+    """Without a GPU, the reason a CUDA-path call would be too slow for the simulator, or None."""
+    if backend.MODE != "simulator" or not strategy.uses_numba_kernels:
+        return None
+    macs = strategy.flops(cfg, backward) // 2
+    if macs > SIMULATOR_MAX_MACS:
+        return (f"about {macs:,} multiply-adds would take the CUDA simulator roughly "
+                f"{macs / 2e5:.0f} s or more; without a GPU keep CUDA-path layers under "
+                f"{SIMULATOR_MAX_MACS:,} multiply-adds, or use device='cpu'")
+    return None
+
+
+def config_for(x_shape, w_shape, stride=1, padding=0) -> ConvConfig:
+    """Validate shapes and hyper-parameters (see :meth:`ConvConfig.from_shapes`)."""
+    return ConvConfig.from_shapes(x_shape, w_shape, stride, padding)
+
+
+def _check_array(name: str, a) -> None:
+    if isinstance(a, torch.Tensor):
+        if not a.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a floating-point tensor, got {a.dtype}")
+    elif isinstance(a, np.ndarray):
+        if a.dtype.kind != "f":
+            raise ValueError(f"{name} must be a floating-point array, got {a.dtype}")
+    else:
+        raise ValueError(f"{name} must be a NumPy array or a torch tensor, got {type(a).__name__}")
+
+
+def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, backward: bool):
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    for name, a in arrays.items():
+        _check_array(name, a)
+    x, w = arrays["x"], arrays["w"]
+    cfg = ConvConfig.from_shapes(x.shape, w.shape, stride, padding)
+    if device is None:
+        device = "cuda" if isinstance(x, torch.Tensor) and x.is_cuda else "cpu"
+    strat = STRATEGIES[strategy]
+    reason = strat.supports(cfg, device)
+    if reason:
+        raise ValueError(f"{strategy} cannot compute this convolution on {device}: {reason}")
+    if device == "cuda":
+        reason = simulator_refusal(strat, cfg, backward)
+        if reason:
+            raise ValueError(f"{strategy} on the CUDA simulator: {reason}")
+    where = cuda_device() if device == "cuda" else torch.device("cpu")
+    tensors = {name: to_torch(a, where) for name, a in arrays.items()}
+    if strat.finite_only:
+        for name, t in tensors.items():
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{strategy} needs finite values: {name} contains NaN or "
+                                 f"infinity, which the Fourier transform would spread to every "
+                                 f"output element")
+    return strat, cfg, device, tensors
+
+
+def _like(result: torch.Tensor, template):
+    """Return ``result`` as the same kind as ``template`` (NumPy, or a tensor on its device)."""
+    if isinstance(template, np.ndarray):
+        return result.detach().cpu().numpy()
+    return result.detach().to(template.device)
+
+
+def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str | None = None):
+    """Forward convolution ``y = x (*) w`` by one of :data:`STRATEGIES`.
+
+    Args:
+        x: input (N, C, H, W), NumPy array or torch tensor, floating point.
+        w: filters (K, C, R, S), same kinds accepted.
+        stride: int or (h, w) pair, each >= 1.
+        padding: int or (h, w) pair of zero padding, each >= 0.
+        strategy: a key of :data:`STRATEGIES`.
+        device: ``"cpu"`` or ``"cuda"`` (see the module docstring).
+
+    Returns:
+        y (N, K, P, Q) float32, NumPy if x is NumPy, else a tensor on x's device.
+
+    Raises:
+        ValueError: non-4-D arrays, channel mismatch, an empty dimension, kernel larger than the
+            padded input, stride < 1, padding < 0, non-float data, unknown strategy or device,
+            a configuration the strategy does not support (with the reason), non-finite input to
+            a strategy that cannot handle it, or a layer too large for the CUDA simulator.
+    """
+    strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w}, stride, padding, False)
+    return _like(strat.forward(t["x"], t["w"], cfg, device), x)
+
+
+def conv2d_backward(x, w, dy, stride=1, padding=0, strategy: str = "reference",
+                    device: str | None = None):
+    """Gradients of ``sum(y * dy)`` with respect to x and w, for ``y = conv2d(x, w)``.
+
+    Args:
+        x, w, stride, padding, strategy, device: as :func:`conv2d`.
+        dy: gradient of the output, (N, K, P, Q).
+
+    Returns:
+        (dx, dw): shapes of x and w, float32, of the same kind as x.
+
+    Raises:
+        ValueError: as :func:`conv2d`, and dy's shape differing from (N, K, P, Q).
+    """
+    strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w, "dy": dy}, stride,
+                                     padding, True)
+    if tuple(t["dy"].shape) != cfg.y_shape:
+        raise ValueError(f"dy must have the output's shape {cfg.y_shape}, got {tuple(t['dy'].shape)}")
+    dx, dw = strat.backward(t["x"], t["w"], t["dy"], cfg, device)
+    return _like(dx, x), _like(dw, x)
+
+
+def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: str = "cpu",
+                  backward: bool = False, seed: int = 0) -> dict:
+    """FLOPs, analytic workspace and measured peak memory of one call, side by side.
+
+    Runs the strategy once to warm up, then once measured, on random float32 data of the given shapes (created before the
+    measurement starts, so the peak counts only what the call itself allocates: its output(s)
+    and workspace).
+
+    Returns:
+        dict with ``strategy, device, flops`` (forward, or forward + backward),
+        ``workspace_bytes`` (analytic; None if unknown), ``output_bytes`` (y, or dx + dw),
+        ``peak_bytes`` (measured above the baseline) and ``method`` (how it was measured).
+        On the CPU the peak is the growth of the process's resident memory: a call that reuses
+        memory the allocator already holds shows less than it allocates, so read it beside the
+        analytic workspace.
+
+    Raises:
+        ValueError: as :func:`conv2d`.
+    """
+    from .. import memory
+
+    cfg = config_for(x_shape, w_shape, stride, padding)
+    strat = STRATEGIES.get(strategy)
+    if strat is None:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    rng = np.random.default_rng(seed)
+    where = torch.device("cuda") if device == "cuda" and backend.MODE == "gpu" else torch.device("cpu")
+    x = torch.from_numpy(rng.standard_normal(cfg.x_shape, dtype=np.float32)).to(where)
+    w = torch.from_numpy(rng.standard_normal(cfg.w_shape, dtype=np.float32)).to(where)
+    if backward:
+        dy = torch.from_numpy(rng.standard_normal(cfg.y_shape, dtype=np.float32)).to(where)
+        call = lambda: conv2d_backward(x, w, dy, stride, padding, strategy, device)  # noqa: E731
+        out_bytes = (np.prod(cfg.x_shape) + np.prod(cfg.w_shape)) * 4
+    else:
+        call = lambda: conv2d(x, w, stride, padding, strategy, device)  # noqa: E731
+        out_bytes = np.prod(cfg.y_shape) * 4
+    call()  # warm-up: JIT compilation and library initialisation are not the strategy's memory
+    result = memory.peak_memory(call, device=device)
+    return {
+        "strategy": strategy, "device": result.device, "flops": strat.flops(cfg, backward),
+        "workspace_bytes": strat.workspace_bytes(cfg, backward), "output_bytes": int(out_bytes),
+        "peak_bytes": result.peak_bytes, "method": result.method,
+    }

@@ -1,0 +1,110 @@
+"""The shape of one convolution, validated: the arithmetic every strategy shares.
+
+Symbols as in the cuDNN paper: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``, output
+``y: (N, K, P, Q)`` with ``P = (H + 2*pad_h - R) // stride_h + 1`` and
+``Q = (W + 2*pad_w - S) // stride_w + 1``. Cross-correlation, as torch computes it:
+``y[n, k, p, q] = sum_{c, r, s} x_padded[n, c, p*stride_h + r, q*stride_w + s] * w[k, c, r, s]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["ConvConfig", "pair"]
+
+
+def pair(value, name: str, minimum: int) -> tuple[int, int]:
+    """An int or an (h, w) pair of ints, each >= ``minimum``, as a pair.
+
+    Raises:
+        ValueError: naming ``name`` and the valid range.
+    """
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be an int or an (h, w) pair, got {value!r}")
+        h, w = value
+    else:
+        h = w = value
+    for v in (h, w):
+        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if int(v) < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(h), int(w)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvConfig:
+    """One convolution's sizes (all ints): N, C, H, W, K, R, S, strides and paddings.
+
+    Build it with :meth:`from_shapes`, which validates; ``P`` and ``Q`` are derived.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+
+    @property
+    def p(self) -> int:
+        """Output height: (H + 2*pad_h - R) // stride_h + 1."""
+        return (self.h + 2 * self.pad_h - self.r) // self.stride_h + 1
+
+    @property
+    def q(self) -> int:
+        """Output width: (W + 2*pad_w - S) // stride_w + 1."""
+        return (self.w + 2 * self.pad_w - self.s) // self.stride_w + 1
+
+    @property
+    def x_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def w_shape(self) -> tuple[int, int, int, int]:
+        return (self.k, self.c, self.r, self.s)
+
+    @property
+    def y_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.k, self.p, self.q)
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs, multiply-adds x 2: 2 * N * K * P * Q * C * R * S."""
+        return 2 * self.n * self.k * self.p * self.q * self.c * self.r * self.s
+
+    @classmethod
+    def from_shapes(cls, x_shape, w_shape, stride=1, padding=0) -> "ConvConfig":
+        """Validate shapes and hyper-parameters and return the config.
+
+        Raises:
+            ValueError: x or w not 4-D; an empty dimension (batch, channels, filters, sizes);
+                channel mismatch; stride < 1; padding < 0; kernel larger than the padded input.
+        """
+        x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+        if len(x_shape) != 4:
+            raise ValueError(f"x must be 4-D (N, C, H, W), got shape {x_shape}")
+        if len(w_shape) != 4:
+            raise ValueError(f"w must be 4-D (K, C, R, S), got shape {w_shape}")
+        n, c, h, w = (int(v) for v in x_shape)
+        k, c2, r, s = (int(v) for v in w_shape)
+        for name, v in (("batch N", n), ("channels C", c), ("height H", h), ("width W", w),
+                        ("filters K", k), ("kernel height R", r), ("kernel width S", s)):
+            if v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v} (x {x_shape}, w {w_shape})")
+        if c2 != c:
+            raise ValueError(f"channel mismatch: x has C={c} channels but w expects {c2} "
+                             f"(x {x_shape}, w {w_shape})")
+        sh, sw = pair(stride, "stride", 1)
+        ph, pw = pair(padding, "padding", 0)
+        if r > h + 2 * ph or s > w + 2 * pw:
+            raise ValueError(
+                f"kernel {r}x{s} is larger than the padded input {h + 2 * ph}x{w + 2 * pw} "
+                f"(H={h}, W={w}, padding={ph, pw}); it must be at most the padded input size")
+        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw)

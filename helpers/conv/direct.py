@@ -1,0 +1,306 @@
+"""Direct convolution: slide the filter over the input, a dot product at every output position.
+
+The study's first strategy (cuda-convnet2 in its Section II-C). Three implementations:
+
+* CPU: Numba ``njit(parallel=True)`` loops, parallel over (image, filter) pairs.
+* ``direct-naive`` on CUDA: one thread per output element ``y[n, k, p, q]``; each thread reads
+  its C x R x S window from global memory, so neighbouring threads re-read overlapping inputs.
+* ``direct-tiled`` on CUDA: a block computes a ``TILE x TILE`` tile of one output plane
+  ``y[n, k]``. For each channel the block first copies the input patch the tile needs (with
+  the halo of R-1 / S-1 extra rows and columns) and the filter ``w[k, c]`` into shared memory,
+  waits at a barrier, computes from shared memory, and waits again before the next channel
+  overwrites it. Each input element is read from global memory once per block instead of up to
+  R*S times. Shared arrays have fixed sizes, so this kernel supports kernels up to
+  ``MAX_KERNEL`` x ``MAX_KERNEL`` and strides up to ``MAX_STRIDE`` (:func:`tiled_supports`).
+
+Backward (both CUDA strategies share these kernels, and the CPU has the same loops):
+``dx`` by one thread per input element, gathering every (k, r, s) whose output position
+covers it (no atomics needed); ``dw`` by one thread per filter element, reducing over
+(n, p, q).
+
+Shapes follow the cuDNN paper: x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32.
+Arrays are tensors from :mod:`helpers.conv._arrays` (zero-copy views handed to the kernels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import cuda, njit, prange
+
+from ._arrays import cuda_device, kernel_array, poisoned
+from .config import ConvConfig
+
+__all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "forward_cpu", "backward_cpu", "forward_naive",
+           "forward_tiled", "backward_cuda", "tiled_supports"]
+
+TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
+MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared filter array holds
+MAX_STRIDE = 3    #: largest stride its shared input tile is sized for
+IN_TILE = (TILE - 1) * MAX_STRIDE + MAX_KERNEL  #: shared input tile edge (with halo)
+
+
+# ------------------------------------------------------------------------------------- CPU
+
+
+@njit(parallel=True, cache=True)
+def _forward_cpu(x, w, y, sh, sw, ph, pw):
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = y.shape[2], y.shape[3]
+    for nk in prange(n_ * k_):
+        n, k = nk // k_, nk % k_
+        for p in range(p_):
+            for q in range(q_):
+                acc = np.float32(0.0)
+                for c in range(c_):
+                    for r in range(r_):
+                        hi = p * sh + r - ph
+                        if hi < 0 or hi >= h_:
+                            continue
+                        for s in range(s_):
+                            wi = q * sw + s - pw
+                            if 0 <= wi < w_:
+                                acc += x[n, c, hi, wi] * w[k, c, r, s]
+                y[n, k, p, q] = acc
+
+
+@njit(parallel=True, cache=True)
+def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw):
+    n_, c_, h_, w_ = dx.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = dy.shape[2], dy.shape[3]
+    for nc in prange(n_ * c_):
+        n, c = nc // c_, nc % c_
+        for hi in range(h_):
+            for wi in range(w_):
+                acc = np.float32(0.0)
+                for r in range(r_):
+                    t = hi + ph - r  # = p * sh for the output row p that reads (hi, r)
+                    if t < 0 or t % sh != 0 or t // sh >= p_:
+                        continue
+                    p = t // sh
+                    for s in range(s_):
+                        u = wi + pw - s
+                        if u < 0 or u % sw != 0 or u // sw >= q_:
+                            continue
+                        q = u // sw
+                        for k in range(k_):
+                            acc += dy[n, k, p, q] * w[k, c, r, s]
+                dx[n, c, hi, wi] = acc
+
+
+@njit(parallel=True, cache=True)
+def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw):
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = dw.shape
+    p_, q_ = dy.shape[2], dy.shape[3]
+    for kc in prange(k_ * c_):
+        k, c = kc // c_, kc % c_
+        for r in range(r_):
+            for s in range(s_):
+                acc = np.float32(0.0)
+                for n in range(n_):
+                    for p in range(p_):
+                        hi = p * sh + r - ph
+                        if hi < 0 or hi >= h_:
+                            continue
+                        for q in range(q_):
+                            wi = q * sw + s - pw
+                            if 0 <= wi < w_:
+                                acc += x[n, c, hi, wi] * dy[n, k, p, q]
+                dw[k, c, r, s] = acc
+
+
+def forward_cpu(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """Direct convolution on the CPU (Numba, parallel over N*K). CPU float32 tensors in and out."""
+    y = poisoned(cfg.y_shape, torch.device("cpu"))
+    _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+    return y
+
+
+def backward_cpu(x, w, dy, cfg: ConvConfig):
+    """(dx, dw) on the CPU with the gather loops described in the module docstring."""
+    dx = poisoned(cfg.x_shape, torch.device("cpu"))
+    dw = poisoned(cfg.w_shape, torch.device("cpu"))
+    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+    _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
+    _backward_dw_cpu(x.numpy(), dy.numpy(), dw.numpy(), *args)
+    return dx, dw
+
+
+# ------------------------------------------------------------------------------------ CUDA
+
+
+@cuda.jit
+def direct_naive_kernel(x, w, y, sh, sw, ph, pw):
+    """One thread per output element y[n, k, p, q] (a 1-D grid over N*K*P*Q)."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = y.shape[2], y.shape[3]
+    if i >= n_ * k_ * p_ * q_:
+        return
+    q = i % q_
+    p = (i // q_) % p_
+    k = (i // (q_ * p_)) % k_
+    n = i // (q_ * p_ * k_)
+    acc = 0.0
+    for c in range(c_):
+        for r in range(r_):
+            hi = p * sh + r - ph
+            if hi >= 0 and hi < h_:
+                for s in range(s_):
+                    wi = q * sw + s - pw
+                    if wi >= 0 and wi < w_:
+                        acc += x[n, c, hi, wi] * w[k, c, r, s]
+    y[n, k, p, q] = acc
+
+
+@cuda.jit
+def direct_tiled_kernel(x, w, y, sh, sw, ph, pw):
+    """A TILE x TILE tile of the output plane y[n, k] per block; grid (tiles_q, tiles_p, N*K).
+
+    For each channel: cooperative load of the input patch (with halo) and the filter into
+    shared memory, barrier, compute, barrier. Every thread reaches both barriers; threads
+    outside the output only skip the final store.
+    """
+    x_tile = cuda.shared.array((IN_TILE, IN_TILE), np.float32)
+    w_tile = cuda.shared.array((MAX_KERNEL, MAX_KERNEL), np.float32)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = y.shape[2], y.shape[3]
+    tq, tp = cuda.threadIdx.x, cuda.threadIdx.y
+    nk = cuda.blockIdx.z
+    n, k = nk // k_, nk % k_
+    p0, q0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    p, q = p0 + tp, q0 + tq
+    # input rows/cols this tile needs, in padded coordinates
+    rows = (TILE - 1) * sh + r_
+    cols = (TILE - 1) * sw + s_
+    tid = tp * TILE + tq
+    acc = 0.0
+    for c in range(c_):
+        for j in range(tid, rows * cols, TILE * TILE):
+            a, b = j // cols, j % cols
+            hi, wi = p0 * sh + a - ph, q0 * sw + b - pw
+            if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
+                x_tile[a, b] = x[n, c, hi, wi]
+            else:
+                x_tile[a, b] = 0.0  # zero padding, and the part beyond the input
+        for j in range(tid, r_ * s_, TILE * TILE):
+            w_tile[j // s_, j % s_] = w[k, c, j // s_, j % s_]
+        cuda.syncthreads()
+        for r in range(r_):
+            for s in range(s_):
+                acc += x_tile[tp * sh + r, tq * sw + s] * w_tile[r, s]
+        cuda.syncthreads()
+    if p < p_ and q < q_:
+        y[n, k, p, q] = acc
+
+
+@cuda.jit
+def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw):
+    """One thread per input element dx[n, c, h, w]: gathers dy[n, k, p, q] * w[k, c, r, s] over
+    every (k, r, s) with p*sh + r - ph == h and q*sw + s - pw == w."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = dx.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = dy.shape[2], dy.shape[3]
+    if i >= n_ * c_ * h_ * w_:
+        return
+    wi = i % w_
+    hi = (i // w_) % h_
+    c = (i // (w_ * h_)) % c_
+    n = i // (w_ * h_ * c_)
+    acc = 0.0
+    for r in range(r_):
+        t = hi + ph - r
+        if t >= 0 and t % sh == 0 and t // sh < p_:
+            p = t // sh
+            for s in range(s_):
+                u = wi + pw - s
+                if u >= 0 and u % sw == 0 and u // sw < q_:
+                    q = u // sw
+                    for k in range(k_):
+                        acc += dy[n, k, p, q] * w[k, c, r, s]
+    dx[n, c, hi, wi] = acc
+
+
+@cuda.jit
+def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
+    """One thread per filter element dw[k, c, r, s]: reduces x * dy over (n, p, q)."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = dw.shape
+    p_, q_ = dy.shape[2], dy.shape[3]
+    if i >= k_ * c_ * r_ * s_:
+        return
+    s = i % s_
+    r = (i // s_) % r_
+    c = (i // (s_ * r_)) % c_
+    k = i // (s_ * r_ * c_)
+    acc = 0.0
+    for n in range(n_):
+        for p in range(p_):
+            hi = p * sh + r - ph
+            if hi >= 0 and hi < h_:
+                for q in range(q_):
+                    wi = q * sw + s - pw
+                    if wi >= 0 and wi < w_:
+                        acc += x[n, c, hi, wi] * dy[n, k, p, q]
+    dw[k, c, r, s] = acc
+
+
+def tiled_supports(cfg: ConvConfig) -> str | None:
+    """None if the tiled kernel's fixed shared arrays fit ``cfg``, else the reason."""
+    if cfg.r > MAX_KERNEL or cfg.s > MAX_KERNEL:
+        return (f"direct-tiled holds filters up to {MAX_KERNEL}x{MAX_KERNEL} in shared memory; "
+                f"this kernel is {cfg.r}x{cfg.s}")
+    if cfg.stride_h > MAX_STRIDE or cfg.stride_w > MAX_STRIDE:
+        return (f"direct-tiled sizes its shared input tile for strides up to {MAX_STRIDE}; "
+                f"this stride is {cfg.stride_h, cfg.stride_w}")
+    return None
+
+
+def _args(cfg):
+    return (np.int64(cfg.stride_h), np.int64(cfg.stride_w), np.int64(cfg.pad_h),
+            np.int64(cfg.pad_w))
+
+
+def forward_naive(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """``direct-naive`` forward on the CUDA path (GPU or simulator); tensors on cuda_device()."""
+    y = poisoned(cfg.y_shape, cuda_device())
+    total = math.prod(cfg.y_shape)
+    threads = 128
+    direct_naive_kernel[(total + threads - 1) // threads, threads](
+        kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
+    return y
+
+
+def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """``direct-tiled`` forward on the CUDA path; see :func:`tiled_supports` for its limits."""
+    reason = tiled_supports(cfg)
+    if reason:
+        raise ValueError(reason)
+    y = poisoned(cfg.y_shape, cuda_device())
+    grid = (math.ceil(cfg.q / TILE), math.ceil(cfg.p / TILE), cfg.n * cfg.k)
+    direct_tiled_kernel[grid, (TILE, TILE)](
+        kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
+    return y
+
+
+def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig):
+    """(dx, dw) on the CUDA path with the gather kernels (shared by both direct strategies)."""
+    dx = poisoned(cfg.x_shape, cuda_device())
+    dw = poisoned(cfg.w_shape, cuda_device())
+    threads = 128
+    total = math.prod(cfg.x_shape)
+    direct_dx_kernel[(total + threads - 1) // threads, threads](
+        kernel_array(w), kernel_array(dy), kernel_array(dx), *_args(cfg))
+    total = math.prod(cfg.w_shape)
+    direct_dw_kernel[(total + threads - 1) // threads, threads](
+        kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
+    return dx, dw

@@ -1,0 +1,381 @@
+"""FFT convolution: transform, multiply-accumulate over channels per frequency, transform back.
+
+The study's third strategy (fbfft and Theano-fft in its Section II-C). By the convolution
+theorem a convolution in space is a pointwise product in frequency, so the R x S sliding window
+disappears: every filter tap costs the same, whatever the kernel size.
+
+Forward, ``y = x (*) w`` (cross-correlation, as ``torch.nn.functional.conv2d``), in steps:
+
+1. **Pad.** Zero-pad each input plane by the padding, and on to the FFT size ``Hf x Wf``
+   (:func:`fft_size`): ``xp: (N, C, Hf, Wf)``. The filters are zero-padded to the same size.
+2. **FFT.** ``rfft2`` of the input planes and of the filter planes: ``N*C + K*C`` real-to-complex
+   transforms, each giving ``Hf x (Wf//2 + 1)`` complex64 coefficients (a real signal's
+   spectrum is Hermitian-symmetric, so half of the last axis is enough).
+3. **Transpose** to frequency-major layout: ``X: (F, N, C)``, ``W: (F, C, K)`` with
+   ``F = Hf * (Wf//2 + 1)`` frequencies.
+4. **Cgemm.** At every frequency the channel sum is a small complex matrix product:
+   ``Y[f, n, k] = sum_c X[f, n, c] * conj(W[f, c, k])``, one batched complex GEMM over ``F``.
+   The complex conjugate turns the theorem's convolution into cross-correlation (it is the
+   spectrum of the flipped filter).
+5. **Inverse FFT.** Transpose back and ``irfft2``: ``N*K`` complex-to-real transforms, giving
+   the circular cross-correlation ``(N, K, Hf, Wf)``.
+6. **Crop** to the valid ``(Hp - R + 1) x (Wp - S + 1)`` corner (``Hp = H + 2*pad_h``,
+   ``Wp = W + 2*pad_w``), and for stride > 1 keep every ``stride``-th row and column
+   (:data:`STRIDE_NOTE`).
+
+These are exactly the phases the study times for fbfft in its Figure 4: FFT, transpose, Cgemm,
+inverse FFT.
+
+Backward, in the frequency domain with the same FFT size (for stride > 1 the output gradient
+is first scattered into a zero stride-1 grid, "dilated", so the stride-1 formulas apply):
+
+* ``dw[k, c] = sum_n xp[n, c] (star) dy[n, k]``: cross-correlation of the padded input with
+  the output gradient, ``dW[f, k, c] = sum_n conj(dY[f, n, k]) * X[f, n, c]`` (a Cgemm
+  reducing over the batch), inverse FFT, keep the first ``R x S``.
+* ``dx = sum_k dy[n, k] (*) w[k, c]``: the *full* convolution of the output gradient with the
+  filters, ``dX[f, n, c] = sum_k dY[f, n, k] * W[f, k, c]`` (a Cgemm reducing over filters),
+  inverse FFT, crop away the padding.
+
+**Why the padded input size is a large enough FFT.** A DFT of size ``Hf`` computes *circular*
+correlation: indices wrap modulo ``Hf``. With ``Hp = H + 2*pad_h`` (the padded height) and any
+``Hf >= Hp``:
+
+* forward: ``y[p] = sum_r xp[(p + r) mod Hf] * w[r]``; for a valid output row
+  ``p <= Hp - R`` and ``r <= R - 1``, so ``p + r <= Hp - 1 < Hf``: nothing wraps. Rows
+  ``p > Hp - R`` are corrupted by wrap-around, and they are exactly the ones cropped away.
+* ``dw``: ``dw[r] = sum_p xp[(p + r) mod Hf] * dy[p]`` with ``dy`` non-zero only for
+  ``p <= Hp - R``, and ``r <= R - 1``: again ``p + r <= Hp - 1``.
+* ``dx``: the full convolution ``dxp[i] = sum_r dy[(i - r) mod Hf] * w[r]`` has length
+  ``(Hp - R + 1) + R - 1 = Hp <= Hf``; an index ``i - r < 0`` wraps to
+  ``Hf + i - r >= Hf - R + 1 >= Hp - R + 1``, where ``dy`` is zero.
+
+Likewise for the width. So ``Hf = Hp`` suffices; :func:`fft_size` rounds up to the next
+2-3-5-smooth size, which pocketfft (CPU) and cuFFT (GPU) transform with fast radix kernels (a
+prime size such as 227 falls back to a slower algorithm). fbfft rounds to powers of two.
+
+**Structural zeros.** Some results are exactly zero whatever the data: an output whose
+window lies entirely in the zero padding, a filter tap that only ever meets padding, an input
+element no window reaches (stride > kernel). Direct convolution and im2col leave them exactly
+0; the inverse FFT leaves round-off there (about 1e-7 of the plane's magnitude), because every
+coefficient touches every position. These rows and columns are known from the shapes alone
+(:func:`_reach`), so they are set to exact zeros after the crop.
+
+**Cost model** (:func:`flops`, :func:`workspace_bytes`). The transforms cost about
+``5/2 * M * log2(M)`` flops each for ``M = Hf*Wf`` points, and the Cgemm ``8 * N*K*C*F`` flops,
+neither depending on ``R*S``, while direct convolution and im2col cost ``2*N*K*P*Q*C*R*S``.
+So FFT convolution wins for large kernels and loses for small ones (3x3) where the transforms
+dominate. The price is memory: every filter is padded to the full input size before its
+transform, so the filter spectra alone are ``K*C*Hf*(Wf//2+1)`` complex numbers however small
+``R x S`` is; with the input and output spectra this makes fbfft the strategy with the highest
+memory use in the study's Figure 5.
+
+Everything is float32 / complex64, as the real libraries compute; the transforms' round-off
+spreads over the whole plane, so agreement with a float64 reference is about 1e-5 to 1e-4
+relative, not float32's 1e-7 (the tests accept 1e-3). Tensors may live on any device: torch.fft
+runs pocketfft on the CPU and cuFFT on a GPU; the Cgemm is BLAS ``cgemm`` or cuBLAS.
+
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
+ICPP 2016: Section II-C (FFT-based convolution), Figure 4 (fbfft's time: FFT, transpose, Cgemm,
+inverse FFT), Figure 5 (fbfft's memory is the highest).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .config import ConvConfig
+
+__all__ = ["STRIDE_NOTE", "fft_size", "next_fast_len", "forward", "backward", "workspace_bytes",
+           "flops", "supports"]
+
+#: How this strategy handles stride > 1 (shown beside the results).
+STRIDE_NOTE = (
+    "FFT convolution computes the stride-1 output: the frequency-domain product gives every "
+    "output position at once. A stride (s_h, s_w) > 1 is handled by computing the full "
+    "stride-1 output and keeping every s_h-th row and s_w-th column, so it costs the full "
+    "stride-1 work, about s_h*s_w times more than the outputs kept need (the study: FFT "
+    "supports stride 1 only). Backward scatters dy into a zero stride-1 grid first (dilation).")
+
+
+# -------------------------------------------------------------------------------- sizes
+
+
+def next_fast_len(n: int) -> int:
+    """The smallest integer >= ``n`` whose only prime factors are 2, 3 and 5.
+
+    Args:
+        n: a length in elements, >= 1.
+
+    Returns:
+        int >= n (``n`` itself when it is already 2-3-5-smooth).
+
+    Raises:
+        ValueError: n < 1.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    m = n
+    while True:
+        k = m
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        if k == 1:
+            return m
+        m += 1
+
+
+def fft_size(cfg: ConvConfig, fast: bool = True) -> tuple[int, int]:
+    """The 2-D FFT size ``(Hf, Wf)`` used for ``cfg``, in elements.
+
+    At least the padded input size ``(H + 2*pad_h, W + 2*pad_w)``, which is enough for
+    forward and both gradients without wrap-around (proof in the module docstring). With
+    ``fast=True`` (what :func:`forward` and :func:`backward` use) each side is rounded up to the
+    next 2-3-5-smooth length (:func:`next_fast_len`); with ``fast=False`` it is the padded
+    input size exactly.
+
+    Source: the convolution theorem; fbfft pads to powers of two (study Section II-C).
+    """
+    hp, wp = cfg.h + 2 * cfg.pad_h, cfg.w + 2 * cfg.pad_w
+    if fast:
+        return next_fast_len(hp), next_fast_len(wp)
+    return hp, wp
+
+
+def _freqs(hf: int, wf: int) -> int:
+    """Number of complex coefficients of one real ``hf x wf`` plane's rfft2."""
+    return hf * (wf // 2 + 1)
+
+
+def workspace_bytes(cfg: ConvConfig) -> int:
+    """Analytic extra memory of :func:`forward` in bytes, beyond x, w and y.
+
+    ``8 * Hf*(Wf//2+1) * (N*C + K*C + N*K)``: the complex64 spectra (8 bytes per element) of the
+    input, the filters and the output, all alive at once around the Cgemm; plus the real
+    float32 padded input ``4 * N*C*Hf*Wf`` when the input has to be padded (padding > 0, or an
+    FFT size rounded up beyond H x W). It does not depend on R*S: the filters are padded to
+    the full FFT size. Not counted (smaller or not alive at the same time): the transposed
+    copies of a spectrum made before and after the Cgemm, the real zero-padded filters, and
+    the real ``N*K*Hf*Wf`` inverse transform before the crop. The backward pass holds the same
+    amount with dy's spectrum in the output's place and dx's and dw's spectra in place of the
+    input's and filters' (plus the dilated dy grid).
+
+    Returns:
+        int, bytes. Source: study Section II-C and Figure 5 (fbfft uses the most memory).
+    """
+    hf, wf = fft_size(cfg)
+    spectra = 8 * _freqs(hf, wf) * (cfg.n * cfg.c + cfg.k * cfg.c + cfg.n * cfg.k)
+    padded = 4 * cfg.n * cfg.c * hf * wf if (hf, wf) != (cfg.h, cfg.w) else 0
+    return spectra + padded
+
+
+def flops(cfg: ConvConfig) -> int:
+    """Estimated floating-point operations of :func:`forward` (an estimate, not a count).
+
+    * Transforms: a complex 2-D FFT of ``M = Hf*Wf`` points costs about ``5 * M * log2(M)``
+      flops (the Cooley-Tukey estimate); a real-to-complex (or complex-to-real) one about half
+      that, ``2.5 * M * log2(M)``. There are ``N*C`` (input) + ``K*C`` (filters) + ``N*K``
+      (inverse, output) of them.
+    * Cgemm: ``N*K*C`` complex multiply-adds at each of ``F = Hf*(Wf//2+1)`` frequencies,
+      8 flops each (4 multiplies and 2 adds for the product, 2 adds to accumulate).
+
+    Independent of R*S, unlike ``cfg.flops`` (``2*N*K*P*Q*C*R*S``). Stride > 1 does not reduce
+    it (:data:`STRIDE_NOTE`). The filter transforms could be reused across calls (inference);
+    they are counted here, as this module recomputes them.
+
+    Returns:
+        int, flops. Source: study Section II-C, Figure 4.
+    """
+    hf, wf = fft_size(cfg)
+    m = hf * wf
+    per_transform = 2.5 * m * math.log2(m) if m > 1 else 0.0
+    transforms = (cfg.n * cfg.c + cfg.k * cfg.c + cfg.n * cfg.k) * per_transform
+    cgemm = 8 * cfg.n * cfg.k * cfg.c * _freqs(hf, wf)
+    return int(round(transforms + cgemm))
+
+
+def supports(cfg: ConvConfig) -> str | None:
+    """None: every valid ``cfg`` is supported (stride > 1 by subsampling, see
+    :data:`STRIDE_NOTE`). A reason string would say why a configuration cannot be computed."""
+    return None
+
+
+# ---------------------------------------------------------------------------- internals
+
+
+def _check(name: str, t: torch.Tensor, shape, device=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ValueError(f"{name} must be float32, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} for this config, got "
+                         f"{tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device} but x is on {device}; put them on one device")
+
+
+def _resolve_size(cfg: ConvConfig, fft_shape) -> tuple[int, int]:
+    if fft_shape is None:
+        return fft_size(cfg)
+    hf, wf = (int(v) for v in fft_shape)
+    hp, wp = fft_size(cfg, fast=False)
+    if hf < hp or wf < wp:
+        raise ValueError(f"fft_shape {(hf, wf)} is smaller than the padded input {(hp, wp)}: "
+                         f"circular wrap-around would corrupt the valid outputs")
+    return hf, wf
+
+
+def _reach(out: int, stride: int, kernel: int, pad: int, size: int):
+    """Which rows (or columns) of each result are not structurally zero, along one axis.
+
+    Window ``p`` (of ``out``) with tap ``r`` (of ``kernel``) reads padded position
+    ``p*stride + r``, a real input element iff ``pad <= p*stride + r < pad + size``.
+
+    Returns:
+        (y, dw, dx) NumPy bool arrays of lengths out, kernel, size: the output windows that
+        meet the input, the taps that meet it in some window, the input elements some window
+        reads. The whole 2-D mask is the outer product of the row and column masks.
+    """
+    pos = np.arange(out)[:, None] * stride + np.arange(kernel)[None, :]
+    inside = (pos >= pad) & (pos < pad + size)
+    dx = np.zeros(size, dtype=bool)
+    dx[pos[inside] - pad] = True
+    return inside.any(axis=1), inside.any(axis=0), dx
+
+
+def _zero_unreached(t: torch.Tensor, rows, cols) -> torch.Tensor:
+    """Set to exactly 0 the rows/columns of ``t`` (.., a, b) where ``rows``/``cols`` are False."""
+    if rows.all() and cols.all():
+        return t
+    mask = torch.from_numpy(np.outer(rows, cols)).to(t.device)
+    return t.masked_fill_(~mask, 0.0)
+
+
+def _input_spectrum(x: torch.Tensor, cfg: ConvConfig, hf: int, wf: int) -> torch.Tensor:
+    """Steps 1-3 for the input: pad (by the padding, then to hf x wf), rfft2, transpose.
+
+    Returns (F, N, C) complex64, contiguous."""
+    top, left = cfg.pad_h, cfg.pad_w
+    bottom, right = hf - cfg.h - top, wf - cfg.w - left
+    xp = F.pad(x, (left, right, top, bottom)) if (bottom, right, top, left) != (0, 0, 0, 0) else x
+    spec = torch.fft.rfft2(xp)                         # (N, C, Hf, Wf//2+1)
+    del xp
+    return spec.reshape(cfg.n, cfg.c, -1).permute(2, 0, 1).contiguous()   # transpose
+
+
+def _filter_spectrum(w: torch.Tensor, cfg: ConvConfig, hf: int, wf: int) -> torch.Tensor:
+    """Steps 1-3 for the filters: zero-pad (at the end) to hf x wf, rfft2, transpose.
+
+    Returns (F, K, C) complex64, contiguous."""
+    spec = torch.fft.rfft2(w, s=(hf, wf))              # (K, C, Hf, Wf//2+1)
+    return spec.reshape(cfg.k, cfg.c, -1).permute(2, 0, 1).contiguous()
+
+
+def _inverse(spec: torch.Tensor, a: int, b: int, hf: int, wf: int) -> torch.Tensor:
+    """Step 5: (F, a, b) complex -> transpose -> irfft2 -> (a, b, hf, wf) float32."""
+    planes = spec.permute(1, 2, 0).reshape(a, b, hf, wf // 2 + 1)
+    return torch.fft.irfft2(planes, s=(hf, wf))
+
+
+# ------------------------------------------------------------------------ forward / backward
+
+
+def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
+            fft_shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """Forward convolution by FFT: ``y = x (*) w``, cross-correlation as ``F.conv2d``.
+
+    Args:
+        x: input (N, C, H, W), float32 tensor on any device.
+        w: filters (K, C, R, S), float32, on x's device.
+        cfg: the validated :class:`ConvConfig` (strides, paddings).
+        fft_shape: FFT size (Hf, Wf) to use instead of :func:`fft_size`'s, for experiments;
+            must be at least the padded input size.
+
+    Returns:
+        y (N, K, P, Q) float32 on x's device, contiguous; outputs whose window lies wholly in
+        the padding are exact zeros (module docstring, "Structural zeros").
+
+    Raises:
+        ValueError: x or w not float32 tensors of cfg's shapes, on different devices, or
+            ``fft_shape`` smaller than the padded input.
+
+    Source: study Section II-C and Figure 4 (FFT, transpose, Cgemm, inverse FFT).
+    """
+    _check("x", x, cfg.x_shape)
+    _check("w", w, cfg.w_shape, x.device)
+    hf, wf = _resolve_size(cfg, fft_shape)
+    with torch.no_grad():
+        xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
+        ws = _filter_spectrum(w, cfg, hf, wf)                   # (F, K, C)
+        # Cgemm per frequency: Y[f] = X[f] @ conj(W[f])^T, summing over channels.
+        ys = torch.bmm(xs, ws.conj().transpose(1, 2))          # (F, N, K)
+        del xs, ws
+        full = _inverse(ys, cfg.n, cfg.k, hf, wf)              # (N, K, Hf, Wf) circular
+        del ys
+        rows = slice(0, (cfg.p - 1) * cfg.stride_h + 1, cfg.stride_h)
+        cols = slice(0, (cfg.q - 1) * cfg.stride_w + 1, cfg.stride_w)
+        y = full[:, :, rows, cols].contiguous()
+        y_rows = _reach(cfg.p, cfg.stride_h, cfg.r, cfg.pad_h, cfg.h)[0]
+        y_cols = _reach(cfg.q, cfg.stride_w, cfg.s, cfg.pad_w, cfg.w)[0]
+        return _zero_unreached(y, y_rows, y_cols)
+
+
+def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig,
+             fft_shape: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``sum(y * dy)`` for ``y = forward(x, w, cfg)``, by FFT.
+
+    ``dw`` is the cross-correlation of the padded input with the (dilated) output gradient,
+    summed over the batch; ``dx`` the full convolution of the output gradient with the
+    filters, summed over filters, cropped to remove the padding. Both sums are Cgemms per
+    frequency. For stride > 1, dy is scattered into a zero stride-1 grid first.
+
+    Args:
+        x: input (N, C, H, W), float32 tensor on any device.
+        w: filters (K, C, R, S), float32, on x's device.
+        dy: output gradient (N, K, P, Q), float32, on x's device.
+        cfg: the validated :class:`ConvConfig`.
+        fft_shape: as :func:`forward`.
+
+    Returns:
+        (dx, dw): (N, C, H, W) and (K, C, R, S), float32 on x's device, contiguous; input
+        elements no window reads and taps that only meet padding are exact zeros.
+
+    Raises:
+        ValueError: as :func:`forward`, and dy not a float32 tensor of shape (N, K, P, Q).
+
+    Source: study Section II-C (fbfft computes all three passes in the frequency domain).
+    """
+    _check("x", x, cfg.x_shape)
+    _check("w", w, cfg.w_shape, x.device)
+    _check("dy", dy, cfg.y_shape, x.device)
+    hf, wf = _resolve_size(cfg, fft_shape)
+    with torch.no_grad():
+        # Dilate and zero-pad in one buffer: dy[p, q] goes to (p*sh, q*sw) of a zero Hf x Wf grid.
+        grid = torch.zeros((cfg.n, cfg.k, hf, wf), dtype=dy.dtype, device=dy.device)
+        grid[:, :, 0:(cfg.p - 1) * cfg.stride_h + 1:cfg.stride_h,
+             0:(cfg.q - 1) * cfg.stride_w + 1:cfg.stride_w] = dy
+        dys = torch.fft.rfft2(grid)
+        del grid
+        dys = dys.reshape(cfg.n, cfg.k, -1).permute(2, 0, 1).contiguous()   # (F, N, K)
+
+        # dw: DW[f] = dY[f]^H @ X[f]  (K x N @ N x C), summing over the batch.
+        xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
+        dws = torch.bmm(dys.conj().transpose(1, 2), xs)         # (F, K, C)
+        del xs
+        dw = _inverse(dws, cfg.k, cfg.c, hf, wf)[:, :, :cfg.r, :cfg.s].contiguous()
+        del dws
+
+        # dx: DX[f] = dY[f] @ W[f]  (N x K @ K x C), summing over filters: full convolution.
+        ws = _filter_spectrum(w, cfg, hf, wf)                   # (F, K, C)
+        dxs = torch.bmm(dys, ws)                                # (F, N, C)
+        del ws, dys
+        dxp = _inverse(dxs, cfg.n, cfg.c, hf, wf)
+        dx = dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
+        _, dw_rows, dx_rows = _reach(cfg.p, cfg.stride_h, cfg.r, cfg.pad_h, cfg.h)
+        _, dw_cols, dx_cols = _reach(cfg.q, cfg.stride_w, cfg.s, cfg.pad_w, cfg.w)
+    return _zero_unreached(dx, dx_rows, dx_cols), _zero_unreached(dw, dw_rows, dw_cols)

@@ -1,0 +1,176 @@
+"""Unrolling: im2col turns the convolution into one GEMM; col2im maps gradients back.
+
+The study's second strategy (Caffe, Torch-cunn, Theano-CorrMM, cuDNN; its Section II-C and
+Figure 4, where GEMM takes 80-87 % of the time and im2col/col2im most of the rest).
+
+``im2col`` copies every input window a filter visits into one column of a matrix
+``cols: (C*R*S, N*P*Q)`` (zeros where the window overlaps the padding). The filters, reshaped
+to ``(K, C*R*S)``, times ``cols`` is ``(K, N*P*Q)``: the whole convolution as one GEMM. Each input
+element appears in up to R*S columns, so the buffer is up to R*S times the input:
+``C*R*S*N*P*Q*4`` bytes (:func:`workspace_bytes`).
+
+Backward: with ``dY: (K, N*P*Q)``, ``dW = dY @ cols^T`` (one GEMM) and ``dcols = W^T @ dY``
+(another), then ``col2im`` sums each column's entries back onto the input elements they came
+from (here by gathering: one thread per input element, so no atomics).
+
+GEMM: ``im2col-gemm`` calls cuBLAS through ``torch.matmul`` (on the CPU, BLAS through torch),
+on zero-copy views of the arrays our Numba kernels wrote; ``im2col-tiled`` calls our own
+shared-memory kernel from :mod:`helpers.gemm` on the CUDA path. On the CPU, im2col is a
+strided view (``Tensor.unfold``: no copy until the reshape) and col2im a loop of R*S
+vectorised slice additions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from numba import cuda
+
+from ._arrays import cuda_device, kernel_array, poisoned
+from .config import ConvConfig
+
+__all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
+           "forward", "backward", "workspace_bytes"]
+
+
+# ------------------------------------------------------------------------------ CUDA kernels
+
+
+@cuda.jit
+def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
+    """One thread per element of cols (C*R*S rows, N*P*Q columns): row (c, r, s), column
+    (n, p, q) holds x[n, c, p*sh + r - ph, q*sw + s - pw], or 0 in the padding."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = x.shape
+    ncols = n_ * p_ * q_
+    if i >= c_ * r_ * s_ * ncols:
+        return
+    row, col = i // ncols, i % ncols
+    s = row % s_
+    r = (row // s_) % r_
+    c = row // (s_ * r_)
+    q = col % q_
+    p = (col // q_) % p_
+    n = col // (q_ * p_)
+    hi, wi = p * sh + r - ph, q * sw + s - pw
+    if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
+        cols[row, col] = x[n, c, hi, wi]
+    else:
+        cols[row, col] = 0.0
+
+
+@cuda.jit
+def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
+    """One thread per input element dx[n, c, h, w]: the sum of every dcols entry im2col copied
+    from it (gather, so no two threads write the same element)."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = dx.shape
+    if i >= n_ * c_ * h_ * w_:
+        return
+    wi = i % w_
+    hi = (i // w_) % h_
+    c = (i // (w_ * h_)) % c_
+    n = i // (w_ * h_ * c_)
+    acc = 0.0
+    for r in range(r_):
+        t = hi + ph - r
+        if t >= 0 and t % sh == 0 and t // sh < p_:
+            p = t // sh
+            for s in range(s_):
+                u = wi + pw - s
+                if u >= 0 and u % sw == 0 and u // sw < q_:
+                    q = u // sw
+                    acc += dcols[(c * r_ + r) * s_ + s, (n * p_ + p) * q_ + q]
+    dx[n, c, hi, wi] = acc
+
+
+def _launch(total: int, threads: int = 128) -> tuple[int, int]:
+    return (total + threads - 1) // threads, threads
+
+
+def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """CUDA-path im2col: x (N, C, H, W) -> cols (C*R*S, N*P*Q), float32, on cuda_device()."""
+    cols = poisoned((cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q), cuda_device())
+    im2col_kernel[_launch(cols.numel())](
+        kernel_array(x), kernel_array(cols), cfg.p, cfg.q, cfg.stride_h, cfg.stride_w,
+        cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
+    return cols
+
+
+def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """CUDA-path col2im: dcols (C*R*S, N*P*Q) -> dx (N, C, H, W), summing overlapping windows."""
+    dx = poisoned(cfg.x_shape, cuda_device())
+    col2im_kernel[_launch(dx.numel())](
+        kernel_array(dcols.contiguous()), kernel_array(dx), cfg.p, cfg.q, cfg.stride_h,
+        cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
+    return dx
+
+
+# ---------------------------------------------------------------------------------- CPU
+
+
+def im2col_cpu(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """CPU im2col from a strided view: (N, C, H, W) -> (C*R*S, N*P*Q)."""
+    xp = torch.nn.functional.pad(x, (cfg.pad_w, cfg.pad_w, cfg.pad_h, cfg.pad_h))
+    # windows: (N, C, P, Q, R, S), a view sharing xp's memory
+    windows = xp.unfold(2, cfg.r, cfg.stride_h).unfold(3, cfg.s, cfg.stride_w)
+    windows = windows[:, :, :cfg.p, :cfg.q]
+    return windows.permute(1, 4, 5, 0, 2, 3).reshape(cfg.c * cfg.r * cfg.s, -1)  # copies
+
+
+def col2im_cpu(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """CPU col2im: add each of the R*S slices of dcols back onto the padded input, then crop."""
+    hp, wp = cfg.h + 2 * cfg.pad_h, cfg.w + 2 * cfg.pad_w
+    dxp = torch.zeros((cfg.n, cfg.c, hp, wp), dtype=dcols.dtype)
+    d = dcols.reshape(cfg.c, cfg.r, cfg.s, cfg.n, cfg.p, cfg.q).permute(3, 0, 1, 2, 4, 5)
+    rows_end, cols_end = cfg.stride_h * (cfg.p - 1) + 1, cfg.stride_w * (cfg.q - 1) + 1
+    for r in range(cfg.r):
+        for s in range(cfg.s):
+            dxp[:, :, r:r + rows_end:cfg.stride_h, s:s + cols_end:cfg.stride_w] += d[:, :, r, s]
+    return dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
+
+
+# ------------------------------------------------------------------------ forward / backward
+
+
+def _matmul(gemm: str):
+    if gemm == "torch":
+        return torch.matmul
+    if gemm == "tiled":
+        from .. import gemm as our_gemm
+
+        return lambda a, b: our_gemm.gemm(a.contiguous(), b.contiguous(), kernel="tiled")
+    raise ValueError(f"gemm must be 'torch' or 'tiled', got {gemm!r}")
+
+
+def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str,
+            gemm: str = "torch") -> torch.Tensor:
+    """y = reshape(W (K, CRS) @ im2col(x) (CRS, NPQ)). ``device``: ``"cpu"`` or ``"cuda"``."""
+    cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
+    y2 = _matmul(gemm)(w.reshape(cfg.k, -1), cols)  # (K, N*P*Q)
+    return y2.reshape(cfg.k, cfg.n, cfg.p, cfg.q).permute(1, 0, 2, 3).contiguous()
+
+
+def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig, device: str,
+             gemm: str = "torch"):
+    """dW = dY @ cols^T; dx = col2im(W^T @ dY), with dY = dy as (K, N*P*Q)."""
+    mm = _matmul(gemm)
+    cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
+    dy2 = dy.permute(1, 0, 2, 3).reshape(cfg.k, -1)
+    dw = mm(dy2, cols.t()).reshape(cfg.w_shape)
+    dcols = mm(w.reshape(cfg.k, -1).t(), dy2)
+    dx = col2im_cpu(dcols, cfg) if device == "cpu" else col2im(dcols, cfg)
+    return dx, dw.contiguous()
+
+
+def workspace_bytes(cfg: ConvConfig, backward: bool = False) -> int:
+    """Analytic extra memory in bytes: the float32 im2col buffer C*R*S*N*P*Q*4 (the backward
+    pass holds cols and dcols, twice that)."""
+    size = cfg.c * cfg.r * cfg.s * cfg.n * cfg.p * cfg.q * 4
+    return size * (2 if backward else 1)
+
+
+def im2col_threads(cfg: ConvConfig) -> int:
+    """Threads of one im2col launch (one per element of cols)."""
+    return math.prod((cfg.c, cfg.r, cfg.s, cfg.n, cfg.p, cfg.q))
