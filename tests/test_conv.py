@@ -241,3 +241,23 @@ def test_check_command_reports_every_strategy(capsys):
     for name in STRATEGIES:
         assert name in out
     assert "FAILED" not in out and " ok" in out
+
+
+def test_memory_report_puts_analytic_and_measured_side_by_side():
+    from helpers.conv import memory_report
+
+    x_shape, w_shape = (1, 16, 24, 24), (8, 16, 5, 5)
+    cfg = ConvConfig.from_shapes(x_shape, w_shape, 1, 2)
+    r = memory_report("im2col-gemm", x_shape, w_shape, padding=2)
+    assert r["flops"] == cfg.flops
+    assert r["workspace_bytes"] == 16 * 25 * 24 * 24 * 4
+    assert r["output_bytes"] == 8 * 24 * 24 * 4
+    assert r["peak_bytes"] >= 0 and r["method"] and r["device"].startswith("CPU")
+    rb = memory_report("im2col-gemm", x_shape, w_shape, padding=2, backward=True)
+    assert rb["flops"] == 3 * cfg.flops and rb["workspace_bytes"] == 2 * r["workspace_bytes"]
+    # a large im2col buffer shows up in the measured peak (the CPU reads the process's RSS)
+    big = memory_report("im2col-gemm", (1, 64, 96, 96), (8, 64, 7, 7), padding=3)
+    assert big["workspace_bytes"] > 100 * 2**20
+    assert big["peak_bytes"] > 0.5 * big["workspace_bytes"]
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        memory_report("winograd", x_shape, w_shape)
