@@ -1,21 +1,47 @@
-"""GEMM, C = A @ B, as Numba CUDA kernels: the naive kernel and the shared-memory tiled one.
+"""GEMM, C = A @ B, as Numba CUDA kernels: the teaching path to im2col.
 
-Unrolling turns a convolution into one GEMM, and in the study GEMM is 80-87 % of the
-unrolling libraries' time (Li et al., ICPP 2016, Section II-C and Figure 4), so how a GEMM uses
-the memory hierarchy decides their speed.
+Unrolling (im2col) turns a whole convolution into one matrix product, and in the study GEMM is
+80-87 % of the unrolling libraries' time (Li et al., ICPP 2016, Section II-C and Figure 4). So
+before im2col, this module builds the GEMM itself, twice:
 
-* :func:`gemm_naive_kernel`: one thread per element of C reads a row of A and a column of B
-  from global memory. Every element of A is read N times and every element of B M times.
-* :func:`gemm_tiled_kernel`: a block of ``TILE x TILE`` threads computes a ``TILE x TILE``
+* :func:`gemm_naive_kernel`: one thread per element of C. Thread (i, j) reads row i of A and
+  column j of B straight from global memory: every element of A is read N times (once per
+  column of C) and every element of B M times, ``2*M*N*K`` global loads in all, for
+  ``2*M*N*K`` flops: 2 flops per 8 bytes loaded, 0.25 FLOP/byte.
+* :func:`gemm_tiled_kernel`: a block of ``TILE x TILE`` threads computes one ``TILE x TILE``
   tile of C. It walks along K one tile at a time: each thread copies one element of A's tile
-  and one of B's into shared memory, the block waits at a barrier, every thread accumulates
-  ``TILE`` products from shared memory, and the block waits again before the next tiles
-  overwrite the shared arrays. Global reads drop by a factor of ``TILE``.
+  and one of B's into shared memory, the block waits at a barrier (``cuda.syncthreads()``),
+  every thread accumulates ``TILE`` products from shared memory, and the block waits again
+  before the next tiles overwrite the shared arrays. Each element of A is now read from global
+  memory ``ceil(N / TILE)`` times instead of N (once per block column of C), each element of
+  B ``ceil(M / TILE)`` times instead of M: ``TILE`` times less traffic, ``TILE / 4`` = 4
+  FLOP/byte for ``TILE = 16``. (On a real GPU the L1/L2 caches absorb part of the naive
+  kernel's repeated reads, so the measured gap is smaller than 16x; cuBLAS goes further with
+  register tiles, vector loads and double buffering.)
 
-Shapes: ``a: (M, K)``, ``b: (K, N)``, ``c: (M, N)``, float32. Threads: ``threadIdx.x`` and
-``blockIdx.x`` run along the columns of C (N), ``.y`` along the rows (M), so neighbouring
-threads of a warp read neighbouring elements of B and write neighbouring elements of C
-(coalesced).
+Shapes: ``a: (M, K)``, ``b: (K, N)``, ``c: (M, N)``, float32, C-contiguous.
+
+Thread layout (both kernels, launched the same way by :func:`gemm`): the block is
+``(TILE, TILE)`` threads and the grid ``(ceil(N / TILE), ceil(M / TILE))`` blocks
+(:func:`launch_config`). The **x** axis (``threadIdx.x``, ``blockIdx.x``, the first value of
+``cuda.grid(2)``) runs along the **columns** of C (N), the **y** axis along the **rows** (M). The
+32 threads of a warp have consecutive ``threadIdx.x``, so they read consecutive elements of a row
+of B and write consecutive elements of a row of C: coalesced memory accesses.
+
+The grid is rounded up to whole blocks, so when M or N is not a multiple of ``TILE`` the last
+blocks have threads outside C, and when K is not a multiple the last tile along K is partial.
+Both kernels are correct for any M, N, K >= 1 (see the comment in :func:`gemm_tiled_kernel`
+for the barrier trap of numba issue #7324).
+
+Without a GPU the kernels run in the Numba CUDA simulator (see :mod:`helpers.backend`):
+correct, but a few thousand threads a second, and the tiled kernel's barriers make it several
+times slower still, so :func:`gemm` refuses sizes the simulator cannot finish quickly.
+
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks", ICPP
+2016, Section II-C (unrolling-based convolution) and Figure 4 (GEMM's share of the time); the
+tiled kernel is the textbook shared-memory matrix multiply (CUDA C Programming Guide, "Shared
+Memory"; Numba's documentation, "CUDA Kernels: matrix multiplication", whose example skips the
+loads of out-of-range threads: numba issue #7324).
 """
 
 from __future__ import annotations
@@ -24,26 +50,50 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, float32
 
-from . import backend
-from .conv._arrays import cuda_device, kernel_array, poisoned, to_torch
+from . import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
+from numba import cuda, float32  # noqa: E402
 
-__all__ = ["TILE", "gemm_naive_kernel", "gemm_tiled_kernel", "gemm", "gemm_flops",
-           "SIMULATOR_MAX_THREADS"]
+from .conv._arrays import cuda_device, kernel_array, poisoned, to_torch  # noqa: E402
 
-TILE = 16  #: tile edge of the tiled kernel; a block has TILE * TILE threads
+__all__ = [
+    "TILE",
+    "KERNELS",
+    "SIMULATOR_MAX_THREADS",
+    "gemm_naive_kernel",
+    "gemm_tiled_kernel",
+    "launch_config",
+    "gemm",
+    "gemm_flops",
+]
 
-#: Without a GPU, the most threads (C's elements, rounded up to whole blocks) a call may launch.
+#: Edge of a tile of the tiled kernel and of a thread block: TILE * TILE = 256 threads a block.
+TILE = 16
+
+#: The kernels :func:`gemm` can run.
+KERNELS = ("naive", "tiled")
+
+#: Without a GPU, the most threads (C's elements rounded up to whole blocks) :func:`gemm` launches.
 SIMULATOR_MAX_THREADS = 20_000
+
+#: Rough simulator speeds, threads a second per tile of K (measured on a 2-core CPU): only for
+#: the estimate in the error message.
+_SIMULATOR_THREADS_PER_S = {"naive": 3_000, "tiled": 1_000}
+
+
+# ------------------------------------------------------------------------------------ kernels
 
 
 @cuda.jit
 def gemm_naive_kernel(a, b, c):
-    """c[i, j] = sum_k a[i, k] * b[k, j]; one thread per element of c (2-D grid)."""
-    j, i = cuda.grid(2)  # x: column of C, y: row of C
+    """c[i, j] = sum_k a[i, k] * b[k, j]: one thread per element of c, 2-D grid.
+
+    a: (M, K), b: (K, N), c: (M, N), float32. x runs along the columns of c, y along the rows;
+    threads outside c (the rounded-up last blocks) do nothing.
+    """
+    j, i = cuda.grid(2)  # (x, y) = (column, row) of C
     if i < c.shape[0] and j < c.shape[1]:
-        acc = float32(0.0)
+        acc = float32(0.0)  # a local variable: a register, not a global read-modify-write
         for k in range(a.shape[1]):
             acc += a[i, k] * b[k, j]
         c[i, j] = acc
@@ -51,77 +101,142 @@ def gemm_naive_kernel(a, b, c):
 
 @cuda.jit
 def gemm_tiled_kernel(a, b, c):
-    """The shared-memory tiled GEMM; correct for any M, N, K (not only multiples of TILE)."""
-    a_tile = cuda.shared.array((TILE, TILE), float32)
+    """c = a @ b with TILE x TILE tiles of a and b staged in shared memory.
+
+    a: (M, K), b: (K, N), c: (M, N), float32; launch with blocks of (TILE, TILE) threads and a
+    grid of (ceil(N / TILE), ceil(M / TILE)) blocks (x along columns, y along rows). Correct for
+    any M, N, K, not only multiples of TILE.
+    """
+    a_tile = cuda.shared.array((TILE, TILE), float32)  # one per block, shared by its threads
     b_tile = cuda.shared.array((TILE, TILE), float32)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
     j = cuda.blockIdx.x * TILE + tx  # column of C
     i = cuda.blockIdx.y * TILE + ty  # row of C
-    m, kk = a.shape
+    m = a.shape[0]
+    k_dim = a.shape[1]
     n = b.shape[1]
+
+    # numba issue #7324: the Numba documentation's version of this kernel lets threads outside
+    # C return early (or skip their loads). cuda.syncthreads() is a barrier for *every* thread
+    # of the block: a thread that has returned never arrives, so the others deadlock (or, on
+    # some hardware, run on with undefined results), and a skipped load leaves stale values in
+    # shared memory that the other threads then multiply. So here no thread leaves the loop:
+    # a thread whose element lies outside A or B (past row M, column N, or the end of K in a
+    # partial last tile) loads 0.0, which adds nothing to anyone's sum, and only the final
+    # store is skipped for threads outside C.
     acc = float32(0.0)
-    for t in range((kk + TILE - 1) // TILE):  # the last tile may be partial
-        # Every thread of the block must reach both barriers, so a thread outside C or
-        # beyond K does not return early (the bug of numba#7324): it loads a zero instead,
-        # which adds nothing to anyone's sum, and only skips the final store.
-        ka, kb = t * TILE + tx, t * TILE + ty
-        a_tile[ty, tx] = a[i, ka] if i < m and ka < kk else 0.0
-        b_tile[ty, tx] = b[kb, j] if kb < kk and j < n else 0.0
-        cuda.syncthreads()  # the tiles are complete
+    for t in range((k_dim + TILE - 1) // TILE):  # ceil(K / TILE): the last tile may be partial
+        ka = t * TILE + tx  # column of A this thread loads
+        kb = t * TILE + ty  # row of B this thread loads
+        if i < m and ka < k_dim:
+            a_tile[ty, tx] = a[i, ka]
+        else:
+            a_tile[ty, tx] = float32(0.0)
+        if kb < k_dim and j < n:
+            b_tile[ty, tx] = b[kb, j]
+        else:
+            b_tile[ty, tx] = float32(0.0)
+        cuda.syncthreads()  # 1: both tiles are complete before anyone reads them
         for k in range(TILE):
             acc += a_tile[ty, k] * b_tile[k, tx]
-        cuda.syncthreads()  # everyone is done with them before they are overwritten
+        cuda.syncthreads()  # 2: everyone is done reading before the next tiles overwrite them
     if i < m and j < n:
         c[i, j] = acc
 
 
+# ------------------------------------------------------------------------------ host wrappers
+
+
+def launch_config(m: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Grid and block that cover an (M, N) output C with one thread per element.
+
+    Args:
+        m, n: rows and columns of C, >= 1.
+
+    Returns:
+        ``((ceil(n / TILE), ceil(m / TILE)), (TILE, TILE))``: ``(grid, block)`` in CUDA's
+        (x, y) order, x along the columns of C and y along the rows.
+
+    Raises:
+        ValueError: m or n not an integer >= 1.
+    """
+    for name, v in (("m", m), ("n", n)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return (math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)
+
+
 def gemm_flops(m: int, n: int, k: int) -> int:
-    """FLOPs of an (M, K) @ (K, N) product: 2 * M * N * K."""
-    return 2 * m * n * k
+    """Floating-point operations of an (M, K) @ (K, N) product: ``2 * M * N * K``.
+
+    Each of the M*N elements of C takes K multiplies and K adds (a fused multiply-add counts
+    as 2).
+    """
+    return 2 * int(m) * int(n) * int(k)
+
+
+def _check_operand(name: str, x) -> None:
+    if not isinstance(x, (np.ndarray, torch.Tensor)):
+        raise TypeError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}"
+                        "; for Numba device arrays launch the kernel directly")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    if 0 in tuple(x.shape):
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+    floating = x.dtype.is_floating_point if isinstance(x, torch.Tensor) else x.dtype.kind == "f"
+    if not floating:
+        raise ValueError(f"{name} must be floating point, got {x.dtype}")
 
 
 def gemm(a, b, kernel: str = "tiled"):
-    """C = A @ B with one of our kernels.
+    """C = A @ B with one of this module's kernels.
 
     Args:
-        a: (M, K) and b: (K, N), floating point; NumPy arrays or torch tensors (converted to
-            contiguous float32 on :func:`helpers.conv._arrays.cuda_device`).
-        kernel: ``"tiled"`` or ``"naive"``.
+        a: (M, K), b: (K, N); both NumPy arrays or both torch tensors, of any floating dtype
+            and any strides. They are handed to the kernel as contiguous float32 tensors on
+            :func:`helpers.conv._arrays.cuda_device` (no copy when they already are).
+        kernel: ``"tiled"`` (:func:`gemm_tiled_kernel`) or ``"naive"``
+            (:func:`gemm_naive_kernel`).
 
     Returns:
-        C (M, N) float32: NumPy if ``a`` is NumPy, else a tensor on ``a``'s device.
+        C, (M, N) float32: a NumPy array if the inputs are NumPy, else a tensor on ``a``'s
+        device. C starts filled with NaN, so an element no thread wrote would show as NaN.
 
     Raises:
-        ValueError: not 2-D, an empty dimension, inner dimensions that differ, non-float data,
-            an unknown kernel, or (without a GPU) more threads than the simulator can run in a
-            few seconds.
+        TypeError: an input that is neither a NumPy array nor a torch tensor, or one of each.
+        ValueError: an unknown kernel, an input that is not 2-D, is empty or is not floating
+            point, inner dimensions that differ (the message names both shapes), or, without a
+            GPU, more than :data:`SIMULATOR_MAX_THREADS` threads (M*N rounded up to whole
+            blocks; the message gives the simulator's estimated time).
     """
-    if kernel not in ("naive", "tiled"):
-        raise ValueError(f"kernel must be 'naive' or 'tiled', got {kernel!r}")
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, (np.ndarray, torch.Tensor)):
-            raise ValueError(f"{name} must be a NumPy array or a torch tensor")
-        if x.ndim != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-        if 0 in tuple(x.shape):
-            raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
-        floating = x.dtype.is_floating_point if isinstance(x, torch.Tensor) else x.dtype.kind == "f"
-        if not floating:
-            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    _check_operand("a", a)
+    _check_operand("b", b)
+    if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
+        raise TypeError(f"a and b must both be NumPy arrays or both torch tensors, got "
+                        f"{type(a).__name__} and {type(b).__name__}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    m, n = a.shape[0], b.shape[1]
-    grid = (math.ceil(n / TILE), math.ceil(m / TILE))
-    if backend.MODE == "simulator" and grid[0] * grid[1] * TILE * TILE > SIMULATOR_MAX_THREADS:
-        threads = grid[0] * grid[1] * TILE * TILE
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} and b is "
+                         f"{tuple(b.shape)}; a's columns must equal b's rows")
+    m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+    grid, block = launch_config(m, n)
+    threads = grid[0] * grid[1] * block[0] * block[1]
+    if backend.MODE == "simulator" and threads > SIMULATOR_MAX_THREADS:
+        tiles = math.ceil(k / TILE) if kernel == "tiled" else 1
+        seconds = threads * tiles / _SIMULATOR_THREADS_PER_S[kernel]
         raise ValueError(
-            f"C is {m} x {n}: {threads:,} threads would take the CUDA simulator about "
-            f"{threads / 5000:.0f} s; without a GPU keep it under {SIMULATOR_MAX_THREADS:,}")
+            f"C is {m} x {n}: {threads:,} threads ({grid[0] * grid[1]} blocks of {TILE}x{TILE}) "
+            f"would take the CUDA simulator about {seconds:,.0f} s with the {kernel} kernel. "
+            f"Without a GPU keep M*N, rounded up to whole blocks, at most "
+            f"{SIMULATOR_MAX_THREADS:,}.")
+
     dev = cuda_device()
-    ta, tb = to_torch(a, dev), to_torch(b, dev)
+    ta, tb = to_torch(a, dev), to_torch(b, dev)  # contiguous float32: no copy if already so
     c = poisoned((m, n), dev)
-    k = gemm_tiled_kernel if kernel == "tiled" else gemm_naive_kernel
-    k[grid, (TILE, TILE)](kernel_array(ta), kernel_array(tb), kernel_array(c))
+    fn = gemm_tiled_kernel if kernel == "tiled" else gemm_naive_kernel
+    fn[grid, block](kernel_array(ta), kernel_array(tb), kernel_array(c))  # writes into c
     if isinstance(a, np.ndarray):
         return c.cpu().numpy()
     return c.to(a.device)
