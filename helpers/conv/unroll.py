@@ -63,7 +63,12 @@ def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
 @cuda.jit
 def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
     """One thread per input element dx[n, c, h, w]: the sum of every dcols entry im2col copied
-    from it (gather, so no two threads write the same element)."""
+    from it (gather, so no two threads write the same element).
+
+    The index arithmetic is that of direct convolution's dx kernel
+    (:func:`helpers.conv.direct.direct_dx_kernel`); there each term is computed as
+    dy * w inside the loop, here the GEMM W^T @ dY has already computed it into dcols.
+    """
     i = cuda.grid(1)
     n_, c_, h_, w_ = dx.shape
     if i >= n_ * c_ * h_ * w_:
