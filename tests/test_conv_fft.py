@@ -206,3 +206,29 @@ def test_cuda_tensors_stay_on_the_gpu():
     assert _rel(y, forward(x.cpu().numpy(), w.cpu().numpy(), stride, padding)) < TOL
     dx_ref, dw_ref = backward(x.cpu().numpy(), w.cpu().numpy(), dy.cpu().numpy(), stride, padding)
     assert _rel(dx, dx_ref) < TOL and _rel(dw, dw_ref) < TOL
+
+
+# ----------------------------------------------------------------- pruned transforms
+
+
+@given(k=st.integers(1, 4), c=st.integers(1, 3), r=st.integers(1, 6), s=st.integers(1, 6),
+       hf=st.integers(6, 17), wf=st.integers(6, 17), seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=40, deadline=None)
+def test_pruned_filter_transforms_equal_torch_fft(k, c, r, s, hf, wf, seed):
+    """The filter spectrum from the taps alone equals rfft2 of the zero-padded filter, and the
+    pruned inverse equals the first R x S points of irfft2 (odd and even sizes: the Nyquist
+    column is weighted once, the others twice)."""
+    cfg = ConvConfig(n=1, c=c, h=hf, w=wf, k=k, r=r, s=s)
+    rng = np.random.default_rng(seed)
+    w = torch.from_numpy(rng.standard_normal((k, c, r, s), dtype=np.float32))
+    expected = torch.fft.rfft2(w.double(), s=(hf, wf))               # (K, C, Hf, Wf//2+1)
+    got = fft._filter_spectrum(w, cfg, hf, wf)                        # (F, K, C)
+    got = got.reshape(hf, wf // 2 + 1, k, c).permute(2, 3, 0, 1)
+    assert torch.allclose(got.cdouble(), expected, rtol=0, atol=1e-5 * expected.abs().max())
+
+    spec = torch.fft.rfft2(torch.from_numpy(rng.standard_normal((k, c, hf, wf))))
+    full = torch.fft.irfft2(spec, s=(hf, wf))[:, :, :r, :s]
+    flat = spec.to(torch.complex64).permute(2, 3, 0, 1).reshape(-1, k, c)
+    pruned = fft._filter_gradient(flat, cfg, hf, wf)
+    assert pruned.shape == (k, c, r, s)
+    assert torch.allclose(pruned.double(), full, rtol=0, atol=1e-5 * full.abs().max())

@@ -10,7 +10,11 @@ Forward, ``y = x (*) w`` (cross-correlation, as ``torch.nn.functional.conv2d``),
    (:func:`fft_size`): ``xp: (N, C, Hf, Wf)``. The filters are zero-padded to the same size.
 2. **FFT.** ``rfft2`` of the input planes and of the filter planes: ``N*C + K*C`` real-to-complex
    transforms, each giving ``Hf x (Wf//2 + 1)`` complex64 coefficients (a real signal's
-   spectrum is Hermitian-symmetric, so half of the last axis is enough).
+   spectrum is Hermitian-symmetric, so half of the last axis is enough). A padded filter is
+   zeros except for its R x S taps, so its transform is *pruned*: a DFT of the taps alone,
+   as two small matrix products (:func:`_filter_spectrum`), giving the same coefficients
+   without transforming the zeros. With many small filters (K*C of them, 3 x 3 each) this
+   is most of the forward pass's work.
 3. **Transpose** to frequency-major layout: ``X: (F, N, C)``, ``W: (F, C, K)`` with
    ``F = Hf * (Wf//2 + 1)`` frequencies.
 4. **Cgemm.** At every frequency the channel sum is a small complex matrix product:
@@ -31,7 +35,8 @@ is first scattered into a zero stride-1 grid, "dilated", so the stride-1 formula
 
 * ``dw[k, c] = sum_n xp[n, c] (star) dy[n, k]``: cross-correlation of the padded input with
   the output gradient, ``dW[f, k, c] = sum_n conj(dY[f, n, k]) * X[f, n, c]`` (a Cgemm
-  reducing over the batch), inverse FFT, keep the first ``R x S``.
+  reducing over the batch), inverse FFT, keep the first ``R x S`` (a pruned inverse that
+  computes those R x S points only, :func:`_filter_gradient`).
 * ``dx = sum_k dy[n, k] (*) w[k, c]``: the *full* convolution of the output gradient with the
   filters, ``dX[f, n, c] = sum_k dY[f, n, k] * W[f, k, c]`` (a Cgemm reducing over filters),
   inverse FFT, crop away the padding.
@@ -68,6 +73,15 @@ dominate. The price is memory: every filter is padded to the full input size bef
 transform, so the filter spectra alone are ``K*C*Hf*(Wf//2+1)`` complex numbers however small
 ``R x S`` is; with the input and output spectra this makes fbfft the strategy with the highest
 memory use in the study's Figure 5.
+
+**When it is slow.** Read the cost model at batch 1 with many channels and a 3 x 3 kernel
+(the study's Conv5: C = 384, K = 384, a 13 x 13 input). The K*C = 147,456 filter spectra are
+15 x 8 complex numbers each (the FFT size 13 rounded up to 15), 135 MiB, against 5.1 MiB of
+filters: forward and backward must write and read that array several times, so the time is
+set by memory bandwidth, while torch's direct or Winograd kernels touch a few MiB. The batch
+does not change the filter spectra's size, so a larger batch amortises them (the study
+measured at batch 128), and a larger kernel makes them worth their cost (Conv1's 11 x 11).
+``python -m helpers.conv --bench`` measures both effects.
 
 Everything is float32 / complex64, as the real libraries compute; the transforms' round-off
 spreads over the whole plane, so agreement with a float64 reference is about 1e-5 to 1e-4
@@ -268,12 +282,71 @@ def _input_spectrum(x: torch.Tensor, cfg: ConvConfig, hf: int, wf: int) -> torch
     return spec.reshape(cfg.n, cfg.c, -1).permute(2, 0, 1).contiguous()   # transpose
 
 
-def _filter_spectrum(w: torch.Tensor, cfg: ConvConfig, hf: int, wf: int) -> torch.Tensor:
-    """Steps 1-3 for the filters: zero-pad (at the end) to hf x wf, rfft2, transpose.
+def _dft_matrix(n_freq: int, size: int, taps: int, device, sign: float = -1.0) -> torch.Tensor:
+    """``E[f, t] = exp(sign * 2*pi*i * f * t / size)`` for ``f < n_freq``, ``t < taps``;
+    complex64, built in float64 so the angles carry no float32 round-off."""
+    f = torch.arange(n_freq, dtype=torch.float64)[:, None]
+    t = torch.arange(taps, dtype=torch.float64)[None, :]
+    return torch.exp(sign * 2j * math.pi * f * t / size).to(device=device, dtype=torch.complex64)
+
+
+def _filter_spectrum(w: torch.Tensor, cfg: ConvConfig, hf: int, wf: int,
+                     conjugate: bool = False) -> torch.Tensor:
+    """Steps 1-3 for the filters, pruned: the rfft2 of each filter zero-padded to hf x wf,
+    computed from its R x S taps only, already in frequency-major layout.
+
+    A padded filter is zero outside its R x S corner, so its 2-D DFT is
+    ``W[fh, fw] = sum_{r<R, s<S} w[r, s] * exp(-2*pi*i*(fh*r/hf + fw*s/wf))``: a (Wf//2+1) x S
+    DFT matrix applied along the width, then an hf x R one along the height. Two matrix
+    products over all K*C filters at once give exactly what ``torch.fft.rfft2(w, s=(hf, wf))``
+    gives (a test checks it), without padding K*C planes, transforming their zeros, or
+    transposing the result; for the study's layers this is 2-3x faster on a CPU. The output
+    is still ``K*C*Hf*(Wf//2+1)`` complex numbers: the memory cost of FFT convolution
+    (module docstring, "Cost model") does not go away.
+
+    With ``conjugate=True`` it returns the complex conjugate (what the forward Cgemm needs) at
+    no extra cost, by flipping the sign of the DFT matrices' angles, instead of conjugating
+    a K*C*F array afterwards (torch's CPU batched GEMM would copy it).
 
     Returns (F, K, C) complex64, contiguous."""
-    spec = torch.fft.rfft2(w, s=(hf, wf))              # (K, C, Hf, Wf//2+1)
-    return spec.reshape(cfg.k, cfg.c, -1).permute(2, 0, 1).contiguous()
+    sign = 1.0 if conjugate else -1.0
+    ew = _dft_matrix(wf // 2 + 1, wf, cfg.s, w.device, sign)      # (Wf//2+1, S)
+    eh = _dft_matrix(hf, hf, cfg.r, w.device, sign)                # (Hf, R)
+    # along the width (real taps times a complex matrix, as one real GEMM on [Re; Im]):
+    # B[fw, (k, c, r)] = sum_s ew[fw, s] * w[k, c, r, s]
+    taps = w.reshape(-1, cfg.s)                                    # (K*C*R, S), real
+    b = torch.cat([ew.real, ew.imag]) @ taps.T                     # (2*(Wf//2+1), K*C*R)
+    b = torch.complex(*b.chunk(2))                                 # (Wf//2+1, K*C*R)
+    # along the height: spec[fh, (fw, k, c)] = sum_r eh[fh, r] * B[(fw, k, c), r]
+    # (B^T made contiguous first: a copy R/Hf the size of the result, repaid by a faster GEMM)
+    spec = eh @ b.reshape(-1, cfg.r).T.contiguous()                # (Hf, (Wf//2+1)*K*C)
+    return spec.reshape(-1, cfg.k, cfg.c)
+
+
+def _filter_gradient(dws: torch.Tensor, cfg: ConvConfig, hf: int, wf: int) -> torch.Tensor:
+    """Step 5 for dw, pruned: the first R x S points of ``irfft2`` of the (F, K, C) spectrum.
+
+    ``irfft2`` would return all hf x wf points of K*C planes and keep only R x S of them; here
+    the inverse DFT is evaluated at those points only, as two matrix products: along the
+    height with the R x hf matrix ``exp(+2*pi*i*r*fh/hf)``, then along the width with the
+    S x (wf//2+1) one, weighting each column by how often it stands for itself and its
+    Hermitian mirror (1 for fw = 0 and, for even wf, fw = wf/2; else 2), keeping the real
+    part and dividing by hf*wf, as a complex-to-real inverse does.
+
+    Returns (K, C, R, S) float32, contiguous."""
+    wfh = wf // 2 + 1
+    ih = _dft_matrix(hf, hf, cfg.r, dws.device, sign=1.0).T.contiguous()   # (R, Hf)
+    iw = _dft_matrix(wfh, wf, cfg.s, dws.device, sign=1.0).T                # (S, Wf//2+1)
+    weight = torch.full((wfh,), 2.0, dtype=torch.float32, device=dws.device)
+    weight[0] = 1.0
+    if wf % 2 == 0:
+        weight[-1] = 1.0
+    along_h = ih @ dws.reshape(hf, -1)                               # (R, Wfh*K*C)
+    along_h = along_h.reshape(cfg.r, wfh, cfg.k * cfg.c)
+    iw = iw * (weight / (hf * wf))
+    # real part of iw @ along_h, without forming the complex product
+    dw = iw.real @ along_h.real - iw.imag @ along_h.imag             # (R, S, K*C)
+    return dw.reshape(cfg.r, cfg.s, cfg.k, cfg.c).permute(2, 3, 0, 1).contiguous()
 
 
 def _inverse(spec: torch.Tensor, a: int, b: int, hf: int, wf: int) -> torch.Tensor:
@@ -311,10 +384,10 @@ def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
     hf, wf = _resolve_size(cfg, fft_shape)
     with torch.no_grad():
         xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
-        ws = _filter_spectrum(w, cfg, hf, wf)                   # (F, K, C)
+        ws_conj = _filter_spectrum(w, cfg, hf, wf, conjugate=True)   # (F, K, C)
         # Cgemm per frequency: Y[f] = X[f] @ conj(W[f])^T, summing over channels.
-        ys = torch.bmm(xs, ws.conj().transpose(1, 2))          # (F, N, K)
-        del xs, ws
+        ys = torch.bmm(xs, ws_conj.transpose(1, 2))            # (F, N, K)
+        del xs, ws_conj
         full = _inverse(ys, cfg.n, cfg.k, hf, wf)              # (N, K, Hf, Wf) circular
         del ys
         rows = slice(0, (cfg.p - 1) * cfg.stride_h + 1, cfg.stride_h)
@@ -365,9 +438,9 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
 
         # dw: DW[f] = dY[f]^H @ X[f]  (K x N @ N x C), summing over the batch.
         xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
-        dws = torch.bmm(dys.conj().transpose(1, 2), xs)         # (F, K, C)
+        dws = torch.bmm(dys.conj().resolve_conj().transpose(1, 2), xs)   # (F, K, C)
         del xs
-        dw = _inverse(dws, cfg.k, cfg.c, hf, wf)[:, :, :cfg.r, :cfg.s].contiguous()
+        dw = _filter_gradient(dws, cfg, hf, wf)                 # first R x S of the inverse
         del dws
 
         # dx: DX[f] = dY[f] @ W[f]  (N x K @ K x C), summing over filters: full convolution.
