@@ -1,5 +1,10 @@
 """``python -m helpers.conv --check``: run every strategy once on a small random layer on each
-available device, forward and backward, and print the error against a float64 computation."""
+available device, forward and backward, and print the error against a float64 computation.
+
+``python -m helpers.conv --bench [--batch N] [--save]``: time every strategy, forward and
+forward + backward, with peak memory, at the study's Table I layers (batch 1 by default) on
+the CPU and, where there is one, the GPU (:mod:`helpers.conv.bench`); ``--save`` writes the
+rows and the machine's description to ``results/``."""
 
 from __future__ import annotations
 
@@ -65,7 +70,15 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.conv", description=__doc__)
     parser.add_argument("--check", action="store_true", help="run the correctness check")
+    parser.add_argument("--bench", action="store_true",
+                        help="time every strategy at the study's Table I layers")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="batch size for --bench (default 1; the study used 128)")
+    parser.add_argument("--save", action="store_true",
+                        help="with --bench: write results/conv_table1_b<N>_<device>.csv + .json")
     args = parser.parse_args(argv)
+    if args.bench:
+        return _bench(args.batch, args.save)
     if not args.check:
         parser.print_help()
         return 0
@@ -79,6 +92,35 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(r['backward']):>14}  {result}"
               + ("" if r["ok"] else f" ({r['note']})"))
     return 1 if any(r["ok"] is False for r in rows) else 0
+
+
+def _bench(batch: int, save: bool) -> int:
+    from tqdm.auto import tqdm
+
+    from .. import results
+    from .bench import bench_layers, format_table
+
+    if batch < 1:
+        print(f"--batch must be >= 1, got {batch}")
+        return 2
+    info = backend.info()
+    print(f"kernels: {info.device_label}")
+    bar = tqdm(desc="measuring", unit=" runs", leave=False)
+
+    def step(text: str) -> None:
+        bar.set_postfix_str(text)
+        bar.update()
+
+    rows = bench_layers(batch=batch, progress=step)
+    bar.close()
+    print(f"Table I layers at batch {batch} (input channels: helpers.paper); medians, "
+          f"'x ref' = time / torch's own convolution on the same device")
+    print(format_table(rows))
+    if save:
+        device = info.gpu_name if backend.MODE == "gpu" else "cpu"
+        paths = results.save(f"conv_table1_b{batch}_{results.slug(device)}", rows)
+        print("saved " + ", ".join(str(p) for p in paths))
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,14 @@ GEMM: ``im2col-gemm`` calls cuBLAS through ``torch.matmul`` (on the CPU, BLAS th
 on zero-copy views of the arrays our Numba kernels wrote; ``im2col-tiled`` calls our own
 shared-memory kernel from :mod:`helpers.gemm` on the CUDA path. On the CPU, im2col is a
 strided view (``Tensor.unfold``: no copy until the reshape) and col2im a loop of R*S
-vectorised slice additions.
+vectorised slice additions; with BLAS doing the GEMM this path runs within a small factor of
+torch's own CPU convolution (``python -m helpers.conv --bench`` measures it).
+
+**How far from cuDNN on a GPU** (``python -m helpers.conv --bench`` on the GPU, recorded with
+``--save`` in ``results/conv_table1_*``): ``im2col-gemm``'s GEMM is cuBLAS, so its gap to cuDNN
+is mostly the extra memory traffic of writing and re-reading the R*S-times-larger ``cols``
+buffer; ``im2col-tiled`` adds the gap between our 16 x 16 shared-memory GEMM and cuBLAS, the
+larger of the two for big layers (see :mod:`helpers.gemm`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Time every strategy at the study's Table I layers: ``python -m helpers.conv --bench``.
+
+For each layer of :data:`helpers.paper.TABLE_I` (with its batch replaced by ``batch``, 1 by
+default so that a laptop CPU finishes in about a minute), each strategy and each device where
+timings mean something (the CPU always; ``cuda`` only on a real GPU, never in the simulator),
+it measures the forward pass and forward + backward with :func:`helpers.timing.benchmark`
+(warm-up, then the median of repeated calls, synchronised on a GPU), and the peak memory of
+forward + backward with :func:`helpers.memory.peak_memory`, beside the analytic FLOPs and
+workspace. Every row says how it compares with ``reference`` (torch's own convolution: cuDNN on
+a GPU, oneDNN on a CPU) on the same device and pass.
+
+A strategy that cannot run a layer (an unsupported configuration, a device it has no code for,
+the simulator) still gets a row, with the reason in ``status``.
+
+Source: Li et al., ICPP 2016, Table I (the layers) and Figures 3 and 5 (runtime and memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from .. import backend, memory, timing
+from ..paper import TABLE_I, ConvLayer
+from . import STRATEGIES, config_for, conv2d, conv2d_backward
+
+__all__ = ["bench_layers", "FIELDS"]
+
+#: Columns of every row :func:`bench_layers` returns (units in the names).
+FIELDS = ("layer", "b", "i", "f", "k", "s", "c", "strategy", "family", "device", "pass",
+          "median_ms", "iqr_ms", "vs_reference", "gflop_per_s", "flops", "workspace_bytes",
+          "peak_bytes", "status")
+
+
+def _devices() -> list[str]:
+    return ["cpu", "cuda"] if backend.MODE == "gpu" else ["cpu"]
+
+
+def bench_layers(batch: int | None = 1, layers: tuple[ConvLayer, ...] = TABLE_I,
+                 strategies: list[str] | None = None, devices: list[str] | None = None,
+                 min_run_time: float = 0.3, measure_memory: bool = True,
+                 progress=None, seed: int = 0) -> list[dict]:
+    """Measure forward and forward + backward of each strategy at each layer.
+
+    Args:
+        batch: the batch size N to use instead of each layer's own (None: the layer's, 128 for
+            Table I). >= 1.
+        layers: the layers (default: Table I, input channels as :mod:`helpers.paper` states).
+        strategies: names from :data:`STRATEGIES` (default: all).
+        devices: ``"cpu"`` and/or ``"cuda"`` (default: the CPU, and the GPU when there is one).
+            ``"cuda"`` without a GPU gives rows that say why nothing was timed.
+        min_run_time: seconds of timed calls per measurement (>= 2 calls each).
+        measure_memory: also measure the peak memory of forward + backward.
+        progress: optional callable taking a one-line description before each measurement.
+        seed: seed of the random float32 inputs (never zeros).
+
+    Returns:
+        One dict per (layer, strategy, device, pass) with the keys of :data:`FIELDS`: times in
+        ms (median and interquartile range), ``vs_reference`` = median / reference's median,
+        GFLOP/s from the strategy's own FLOP count, bytes for memory; None where not measured.
+
+    Raises:
+        ValueError: batch < 1, an unknown strategy or device.
+    """
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    names = list(strategies or STRATEGIES)
+    for name in names:
+        if name not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {name!r}")
+    devs = devices or _devices()
+    for d in devs:
+        if d not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {d!r}")
+    # reference first, so every other row can be compared with it
+    names = ["reference"] + [n for n in names if n != "reference"]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in layers:
+        if batch is not None:
+            layer = dataclasses.replace(layer, b=batch)
+        cfg = config_for((layer.b, layer.c, layer.i, layer.i), (layer.f, layer.c, layer.k, layer.k),
+                         layer.s, layer.padding)
+        host = [torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+                for shape in (cfg.x_shape, cfg.w_shape, cfg.y_shape)]
+        for device in devs:
+            where = torch.device("cuda") if device == "cuda" and backend.MODE == "gpu" else "cpu"
+            x, w, dy = (t.to(where) for t in host)
+            ref_ms = {}
+            for name in names:
+                strat = STRATEGIES[name]
+                if device not in strat.devices:
+                    continue  # no code for this device: nothing to measure or refuse
+                base = {"layer": layer.name, "b": layer.b, "i": layer.i, "f": layer.f,
+                        "k": layer.k, "s": layer.s, "c": layer.c, "strategy": name,
+                        "family": strat.family, "device": timing.device_label(device)}
+                reason = strat.supports(cfg, device)
+                if reason is None and device == "cuda" and backend.MODE != "gpu":
+                    reason = "CUDA simulator: correctness only, its timings are meaningless"
+                for pass_, backward in (("forward", False), ("forward+backward", True)):
+                    row = dict(base, **{"pass": pass_, "median_ms": None, "iqr_ms": None,
+                                        "vs_reference": None, "gflop_per_s": None,
+                                        "flops": strat.flops(cfg, backward),
+                                        "workspace_bytes": strat.workspace_bytes(cfg, backward),
+                                        "peak_bytes": None, "status": reason or "ok"})
+                    if reason is None:
+                        if progress:
+                            progress(f"{layer.name} {name} {device} {pass_}")
+                        if backward:
+                            def call(x=x, w=w, dy=dy, name=name, device=device):
+                                conv2d(x, w, cfg.stride_h, cfg.pad_h, name, device)
+                                conv2d_backward(x, w, dy, cfg.stride_h, cfg.pad_h, name, device)
+                        else:
+                            def call(x=x, w=w, name=name, device=device):
+                                conv2d(x, w, cfg.stride_h, cfg.pad_h, name, device)
+                        t = timing.benchmark(call, device=device, label=f"{name} {pass_}",
+                                             min_run_time=min_run_time)
+                        row["median_ms"] = t.median_ms
+                        row["iqr_ms"] = t.iqr_s * 1e3
+                        row["gflop_per_s"] = row["flops"] / t.median_s / 1e9
+                        if name == "reference":
+                            ref_ms[pass_] = t.median_ms
+                        if ref_ms.get(pass_):
+                            row["vs_reference"] = t.median_ms / ref_ms[pass_]
+                        if backward and measure_memory:
+                            row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
+                    rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table (one line per row)."""
+    head = (f"{'layer':<6}{'strategy':<14}{'device':<10}{'pass':<18}{'median ms':>11}"
+            f"{'x ref':>8}{'GFLOP/s':>9}{'workspace MiB':>15}{'peak MiB':>10}  status")
+    lines = [head]
+    for r in rows:
+        def num(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+        ws = r["workspace_bytes"] / 2**20 if r["workspace_bytes"] is not None else None
+        peak = r["peak_bytes"] / 2**20 if r["peak_bytes"] is not None else None
+        dev = "cpu" if r["device"].startswith("CPU") else "cuda"
+        lines.append(f"{r['layer']:<6}{r['strategy']:<14}{dev:<10}{r['pass']:<18}"
+                     f"{num(r['median_ms'], '.2f'):>11}{num(r['vs_reference'], '.1f'):>8}"
+                     f"{num(r['gflop_per_s'], '.1f'):>9}{num(ws, '.1f'):>15}"
+                     f"{num(peak, '.1f'):>10}  {r['status']}")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""helpers.conv.bench: the Table I timing command, on layers small enough for a test."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import backend
+from helpers.conv import STRATEGIES, config_for
+from helpers.conv.__main__ import main
+from helpers.conv.bench import FIELDS, bench_layers, format_table
+from helpers.paper import ConvLayer
+
+TINY = (ConvLayer("T1", b=2, i=9, f=3, k=3, s=1, c=2),
+        ConvLayer("T2", b=2, i=7, f=2, k=5, s=2, c=1))
+
+
+def test_rows_cover_every_layer_strategy_and_pass_with_the_reference_as_baseline():
+    seen = []
+    rows = bench_layers(batch=1, layers=TINY, min_run_time=0.01, progress=seen.append)
+    assert rows and all(tuple(r) == FIELDS for r in rows)
+    cpu_strategies = [n for n, s in STRATEGIES.items() if "cpu" in s.devices]
+    for layer in TINY:
+        for name in cpu_strategies:
+            for pass_ in ("forward", "forward+backward"):
+                [row] = [r for r in rows if (r["layer"], r["strategy"], r["pass"], r["device"][:3])
+                         == (layer.name, name, pass_, "CPU")]
+                assert row["b"] == 1  # the batch was replaced
+                assert row["status"] == "ok" and row["median_ms"] > 0
+                assert row["vs_reference"] == pytest.approx(
+                    row["median_ms"] / next(r["median_ms"] for r in rows if (
+                        r["layer"], r["strategy"], r["pass"], r["device"]) == (
+                        layer.name, "reference", pass_, row["device"])))
+                cfg = config_for((1, layer.c, layer.i, layer.i),
+                                 (layer.f, layer.c, layer.k, layer.k), layer.s)
+                assert row["flops"] == STRATEGIES[name].flops(cfg, pass_ != "forward")
+                assert (row["peak_bytes"] is None) == (pass_ == "forward")
+    assert len(seen) == sum(r["status"] == "ok" for r in rows)
+    assert "Conv" not in format_table(rows) and "T2" in format_table(rows)
+
+
+@pytest.mark.skipif(backend.MODE != "simulator", reason="the simulator's refusal")
+def test_cuda_rows_in_the_simulator_say_why_nothing_was_timed():
+    rows = bench_layers(layers=TINY[:1], strategies=["direct-naive", "reference"],
+                        devices=["cuda"], min_run_time=0.01)
+    assert len(rows) == 4
+    for row in rows:
+        assert row["median_ms"] is None and "simulator" in row["status"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"batch": 0}, "batch must be >= 1"),
+    ({"strategies": ["winograd"]}, "strategy must be one of"),
+    ({"devices": ["tpu"]}, "device must be 'cpu' or 'cuda'"),
+])
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bench_layers(layers=TINY, **kwargs)
+
+
+def test_command_refuses_a_bad_batch(capsys):
+    assert main(["--bench", "--batch", "0"]) == 2
+    assert "--batch must be >= 1" in capsys.readouterr().out
