@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-import torch
-
-from .. import backend, memory, timing
+from .. import backend
 from ..paper import TABLE_I, ConvLayer
-from . import STRATEGIES, config_for, conv2d, conv2d_backward
+from . import STRATEGIES, config_for
 
 __all__ = ["bench_layers", "FIELDS"]
 
@@ -41,7 +38,7 @@ def _devices() -> list[str]:
 def bench_layers(batch: int | None = 1, layers: tuple[ConvLayer, ...] = TABLE_I,
                  strategies: list[str] | None = None, devices: list[str] | None = None,
                  min_run_time: float = 0.3, measure_memory: bool = True,
-                 progress=None, seed: int = 0) -> list[dict]:
+                 progress=None, budget_s: float = 10.0, seed: int = 0) -> list[dict]:
     """Measure forward and forward + backward of each strategy at each layer.
 
     Args:
@@ -54,6 +51,8 @@ def bench_layers(batch: int | None = 1, layers: tuple[ConvLayer, ...] = TABLE_I,
         min_run_time: seconds of timed calls per measurement (>= 2 calls each).
         measure_memory: also measure the peak memory of forward + backward.
         progress: optional callable taking a one-line description before each measurement.
+        budget_s: a call estimated to take longer (seconds) is refused, with the estimate, not
+            run (:func:`helpers.sweep.refusal`: at the study's batch of 128 on a CPU, say).
         seed: seed of the random float32 inputs (never zeros).
 
     Returns:
@@ -76,57 +75,33 @@ def bench_layers(batch: int | None = 1, layers: tuple[ConvLayer, ...] = TABLE_I,
             raise ValueError(f"device must be 'cpu' or 'cuda', got {d!r}")
     # reference first, so every other row can be compared with it
     names = ["reference"] + [n for n in names if n != "reference"]
-    rng = np.random.default_rng(seed)
+    from ..sweep import measure
+
     rows = []
     for layer in layers:
         if batch is not None:
             layer = dataclasses.replace(layer, b=batch)
         cfg = config_for((layer.b, layer.c, layer.i, layer.i), (layer.f, layer.c, layer.k, layer.k),
                          layer.s, layer.padding)
-        host = [torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
-                for shape in (cfg.x_shape, cfg.w_shape, cfg.y_shape)]
         for device in devs:
-            where = torch.device("cuda") if device == "cuda" and backend.MODE == "gpu" else "cpu"
-            x, w, dy = (t.to(where) for t in host)
             ref_ms = {}
             for name in names:
-                strat = STRATEGIES[name]
-                if device not in strat.devices:
+                if device not in STRATEGIES[name].devices:
                     continue  # no code for this device: nothing to measure or refuse
-                base = {"layer": layer.name, "b": layer.b, "i": layer.i, "f": layer.f,
-                        "k": layer.k, "s": layer.s, "c": layer.c, "strategy": name,
-                        "family": strat.family, "device": timing.device_label(device)}
-                reason = strat.supports(cfg, device)
-                if reason is None and device == "cuda" and backend.MODE != "gpu":
-                    reason = "CUDA simulator: correctness only, its timings are meaningless"
-                for pass_, backward in (("forward", False), ("forward+backward", True)):
-                    row = dict(base, **{"pass": pass_, "median_ms": None, "iqr_ms": None,
-                                        "vs_reference": None, "gflop_per_s": None,
-                                        "flops": strat.flops(cfg, backward),
-                                        "workspace_bytes": strat.workspace_bytes(cfg, backward),
-                                        "peak_bytes": None, "status": reason or "ok"})
-                    if reason is None:
-                        if progress:
-                            progress(f"{layer.name} {name} {device} {pass_}")
-                        if backward:
-                            def call(x=x, w=w, dy=dy, name=name, device=device):
-                                conv2d(x, w, cfg.stride_h, cfg.pad_h, name, device)
-                                conv2d_backward(x, w, dy, cfg.stride_h, cfg.pad_h, name, device)
-                        else:
-                            def call(x=x, w=w, name=name, device=device):
-                                conv2d(x, w, cfg.stride_h, cfg.pad_h, name, device)
-                        t = timing.benchmark(call, device=device, label=f"{name} {pass_}",
-                                             min_run_time=min_run_time)
-                        row["median_ms"] = t.median_ms
-                        row["iqr_ms"] = t.iqr_s * 1e3
-                        row["gflop_per_s"] = row["flops"] / t.median_s / 1e9
+                for backward in (False, True):
+                    if progress:
+                        progress(f"{layer.name} {name} {device} "
+                                 f"{'forward+backward' if backward else 'forward'}")
+                    m = measure(cfg, name, device, backward, min_run_time,
+                                measure_memory and backward, budget_s, seed)
+                    row = {"layer": layer.name, "b": layer.b, "i": layer.i, "f": layer.f,
+                           "k": layer.k, "s": layer.s, "c": layer.c, **m, "vs_reference": None}
+                    if m["median_ms"] is not None:
                         if name == "reference":
-                            ref_ms[pass_] = t.median_ms
-                        if ref_ms.get(pass_):
-                            row["vs_reference"] = t.median_ms / ref_ms[pass_]
-                        if backward and measure_memory:
-                            row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
-                    rows.append(row)
+                            ref_ms[m["pass"]] = m["median_ms"]
+                        if ref_ms.get(m["pass"]):
+                            row["vs_reference"] = m["median_ms"] / ref_ms[m["pass"]]
+                    rows.append({k: row[k] for k in FIELDS})
     return rows
 
 

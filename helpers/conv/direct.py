@@ -42,6 +42,7 @@ from numba import cuda, njit, prange
 
 from ._arrays import cuda_device, kernel_array, poisoned
 from .config import ConvConfig
+from .phases import phase
 
 __all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "forward_cpu", "backward_cpu", "forward_naive",
            "forward_tiled", "backward_cuda", "tiled_supports"]
@@ -127,7 +128,8 @@ def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw):
 def forward_cpu(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     """Direct convolution on the CPU (Numba, parallel over N*K). CPU float32 tensors in and out."""
     y = poisoned(cfg.y_shape, torch.device("cpu"))
-    _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+    with phase("direct (y)"):
+        _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
     return y
 
 
@@ -136,8 +138,10 @@ def backward_cpu(x, w, dy, cfg: ConvConfig):
     dx = poisoned(cfg.x_shape, torch.device("cpu"))
     dw = poisoned(cfg.w_shape, torch.device("cpu"))
     args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
-    _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
-    _backward_dw_cpu(x.numpy(), dy.numpy(), dw.numpy(), *args)
+    with phase("direct (dx)"):
+        _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
+    with phase("direct (dw)"):
+        _backward_dw_cpu(x.numpy(), dy.numpy(), dw.numpy(), *args)
     return dx, dw
 
 
@@ -285,8 +289,9 @@ def forward_naive(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Te
     y = poisoned(cfg.y_shape, cuda_device())
     total = math.prod(cfg.y_shape)
     threads = 128
-    direct_naive_kernel[(total + threads - 1) // threads, threads](
-        kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
+    with phase("direct (y)"):
+        direct_naive_kernel[(total + threads - 1) // threads, threads](
+            kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
     return y
 
 
@@ -297,8 +302,9 @@ def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Te
         raise ValueError(reason)
     y = poisoned(cfg.y_shape, cuda_device())
     grid = (math.ceil(cfg.q / TILE), math.ceil(cfg.p / TILE), cfg.n * cfg.k)
-    direct_tiled_kernel[grid, (TILE, TILE)](
-        kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
+    with phase("direct tiled (y)"):
+        direct_tiled_kernel[grid, (TILE, TILE)](
+            kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
     return y
 
 
@@ -308,9 +314,11 @@ def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvC
     dw = poisoned(cfg.w_shape, cuda_device())
     threads = 128
     total = math.prod(cfg.x_shape)
-    direct_dx_kernel[(total + threads - 1) // threads, threads](
-        kernel_array(w), kernel_array(dy), kernel_array(dx), *_args(cfg))
+    with phase("direct (dx)"):
+        direct_dx_kernel[(total + threads - 1) // threads, threads](
+            kernel_array(w), kernel_array(dy), kernel_array(dx), *_args(cfg))
     total = math.prod(cfg.w_shape)
-    direct_dw_kernel[(total + threads - 1) // threads, threads](
-        kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
+    with phase("direct (dw)"):
+        direct_dw_kernel[(total + threads - 1) // threads, threads](
+            kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
     return dx, dw

@@ -102,6 +102,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import ConvConfig
+from .phases import phase
 
 __all__ = ["STRIDE_NOTE", "fft_size", "next_fast_len", "forward", "backward", "workspace_bytes",
            "flops", "supports"]
@@ -383,16 +384,21 @@ def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
     _check("w", w, cfg.w_shape, x.device)
     hf, wf = _resolve_size(cfg, fft_shape)
     with torch.no_grad():
-        xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
-        ws_conj = _filter_spectrum(w, cfg, hf, wf, conjugate=True)   # (F, K, C)
-        # Cgemm per frequency: Y[f] = X[f] @ conj(W[f])^T, summing over channels.
-        ys = torch.bmm(xs, ws_conj.transpose(1, 2))            # (F, N, K)
+        with phase("FFT (x)"):
+            xs = _input_spectrum(x, cfg, hf, wf)                # (F, N, C)
+        with phase("FFT (w)"):
+            ws_conj = _filter_spectrum(w, cfg, hf, wf, conjugate=True)   # (F, K, C)
+        with phase("Cgemm"):
+            # Cgemm per frequency: Y[f] = X[f] @ conj(W[f])^T, summing over channels.
+            ys = torch.bmm(xs, ws_conj.transpose(1, 2))        # (F, N, K)
         del xs, ws_conj
-        full = _inverse(ys, cfg.n, cfg.k, hf, wf)              # (N, K, Hf, Wf) circular
+        with phase("inverse FFT (y)"):
+            full = _inverse(ys, cfg.n, cfg.k, hf, wf)          # (N, K, Hf, Wf) circular
         del ys
         rows = slice(0, (cfg.p - 1) * cfg.stride_h + 1, cfg.stride_h)
         cols = slice(0, (cfg.q - 1) * cfg.stride_w + 1, cfg.stride_w)
-        y = full[:, :, rows, cols].contiguous()
+        with phase("crop"):
+            y = full[:, :, rows, cols].contiguous()
         y_rows = _reach(cfg.p, cfg.stride_h, cfg.r, cfg.pad_h, cfg.h)[0]
         y_cols = _reach(cfg.q, cfg.stride_w, cfg.s, cfg.pad_w, cfg.w)[0]
         return _zero_unreached(y, y_rows, y_cols)
@@ -428,27 +434,35 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
     _check("dy", dy, cfg.y_shape, x.device)
     hf, wf = _resolve_size(cfg, fft_shape)
     with torch.no_grad():
-        # Dilate and zero-pad in one buffer: dy[p, q] goes to (p*sh, q*sw) of a zero Hf x Wf grid.
-        grid = torch.zeros((cfg.n, cfg.k, hf, wf), dtype=dy.dtype, device=dy.device)
-        grid[:, :, 0:(cfg.p - 1) * cfg.stride_h + 1:cfg.stride_h,
-             0:(cfg.q - 1) * cfg.stride_w + 1:cfg.stride_w] = dy
-        dys = torch.fft.rfft2(grid)
-        del grid
-        dys = dys.reshape(cfg.n, cfg.k, -1).permute(2, 0, 1).contiguous()   # (F, N, K)
+        with phase("FFT (dy)"):
+            # Dilate and zero-pad in one buffer: dy[p, q] goes to (p*sh, q*sw) of a zero grid.
+            grid = torch.zeros((cfg.n, cfg.k, hf, wf), dtype=dy.dtype, device=dy.device)
+            grid[:, :, 0:(cfg.p - 1) * cfg.stride_h + 1:cfg.stride_h,
+                 0:(cfg.q - 1) * cfg.stride_w + 1:cfg.stride_w] = dy
+            dys = torch.fft.rfft2(grid)
+            del grid
+            dys = dys.reshape(cfg.n, cfg.k, -1).permute(2, 0, 1).contiguous()   # (F, N, K)
 
         # dw: DW[f] = dY[f]^H @ X[f]  (K x N @ N x C), summing over the batch.
-        xs = _input_spectrum(x, cfg, hf, wf)                    # (F, N, C)
-        dws = torch.bmm(dys.conj().resolve_conj().transpose(1, 2), xs)   # (F, K, C)
+        with phase("FFT (x)"):
+            xs = _input_spectrum(x, cfg, hf, wf)                # (F, N, C)
+        with phase("Cgemm (dw)"):
+            dws = torch.bmm(dys.conj().resolve_conj().transpose(1, 2), xs)   # (F, K, C)
         del xs
-        dw = _filter_gradient(dws, cfg, hf, wf)                 # first R x S of the inverse
+        with phase("inverse FFT (dw)"):
+            dw = _filter_gradient(dws, cfg, hf, wf)             # first R x S of the inverse
         del dws
 
         # dx: DX[f] = dY[f] @ W[f]  (N x K @ K x C), summing over filters: full convolution.
-        ws = _filter_spectrum(w, cfg, hf, wf)                   # (F, K, C)
-        dxs = torch.bmm(dys, ws)                                # (F, N, C)
+        with phase("FFT (w)"):
+            ws = _filter_spectrum(w, cfg, hf, wf)               # (F, K, C)
+        with phase("Cgemm (dx)"):
+            dxs = torch.bmm(dys, ws)                            # (F, N, C)
         del ws, dys
-        dxp = _inverse(dxs, cfg.n, cfg.c, hf, wf)
-        dx = dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
+        with phase("inverse FFT (dx)"):
+            dxp = _inverse(dxs, cfg.n, cfg.c, hf, wf)
+        with phase("crop"):
+            dx = dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
         _, dw_rows, dx_rows = _reach(cfg.p, cfg.stride_h, cfg.r, cfg.pad_h, cfg.h)
         _, dw_cols, dx_cols = _reach(cfg.q, cfg.stride_w, cfg.s, cfg.pad_w, cfg.w)
     return _zero_unreached(dx, dx_rows, dx_cols), _zero_unreached(dw, dw_rows, dw_cols)

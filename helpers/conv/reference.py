@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from .config import ConvConfig
+from .phases import phase
 
 __all__ = ["forward", "backward"]
 
@@ -17,7 +18,7 @@ def _kw(cfg: ConvConfig) -> dict:
 
 def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     """``torch.nn.functional.conv2d(x, w)`` with cfg's stride and padding; float32 tensors."""
-    with torch.no_grad():
+    with torch.no_grad(), phase("torch conv2d"):
         return torch.nn.functional.conv2d(x, w, **_kw(cfg))
 
 
@@ -27,5 +28,6 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
     w = w.detach().requires_grad_(True)
     with torch.enable_grad():
         y = torch.nn.functional.conv2d(x, w, **_kw(cfg))
-        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        with phase("torch conv2d backward"):
+            dx, dw = torch.autograd.grad(y, (x, w), dy)
     return dx.detach(), dw.detach()

@@ -35,6 +35,7 @@ import torch
 from numba import cuda
 
 from ._arrays import cuda_device, kernel_array, poisoned
+from .phases import phase
 from .config import ConvConfig
 
 __all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
@@ -159,8 +160,10 @@ def _matmul(gemm: str):
 def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str,
             gemm: str = "torch") -> torch.Tensor:
     """y = reshape(W (K, CRS) @ im2col(x) (CRS, NPQ)). ``device``: ``"cpu"`` or ``"cuda"``."""
-    cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
-    y2 = _matmul(gemm)(w.reshape(cfg.k, -1), cols)  # (K, N*P*Q)
+    with phase("im2col"):
+        cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
+    with phase("GEMM"):
+        y2 = _matmul(gemm)(w.reshape(cfg.k, -1), cols)  # (K, N*P*Q)
     return y2.reshape(cfg.k, cfg.n, cfg.p, cfg.q).permute(1, 0, 2, 3).contiguous()
 
 
@@ -168,11 +171,15 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
              gemm: str = "torch"):
     """dW = dY @ cols^T; dx = col2im(W^T @ dY), with dY = dy as (K, N*P*Q)."""
     mm = _matmul(gemm)
-    cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
+    with phase("im2col"):
+        cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
     dy2 = dy.permute(1, 0, 2, 3).reshape(cfg.k, -1)
-    dw = mm(dy2, cols.t()).reshape(cfg.w_shape)
-    dcols = mm(w.reshape(cfg.k, -1).t(), dy2)
-    dx = col2im_cpu(dcols, cfg) if device == "cpu" else col2im(dcols, cfg)
+    with phase("GEMM (dw)"):
+        dw = mm(dy2, cols.t()).reshape(cfg.w_shape)
+    with phase("GEMM (dcols)"):
+        dcols = mm(w.reshape(cfg.k, -1).t(), dy2)
+    with phase("col2im"):
+        dx = col2im_cpu(dcols, cfg) if device == "cpu" else col2im(dcols, cfg)
     return dx, dw.contiguous()
 
 

@@ -1,0 +1,103 @@
+"""helpers.sweep: the study's sweeps as data, and the command that measures them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from helpers import backend
+from helpers.conv import STRATEGIES, config_for
+from helpers.paper import TABLE_I
+from helpers.sweep import (FIELDS, PRESETS, Preset, estimate_seconds, main, measure, refusal,
+                           run_preset)
+
+
+def test_paper_preset_has_the_studys_ranges_around_its_base():
+    paper = PRESETS["paper"]
+    assert paper.base == (64, 128, 64, 11, 1)
+    pts = paper.points()
+    by = {s: [p.x for p in pts if p.sweep == s] for s in ("batch", "input", "filters", "table1")}
+    assert by["batch"] == list(range(32, 513, 32))
+    assert by["input"] == list(range(32, 257, 16))
+    assert by["filters"] == list(range(32, 513, 16))
+    table1 = [p for p in pts if p.sweep == "table1"]
+    assert [(p.layer, p.b, p.i, p.f, p.k, p.s, p.c) for p in table1] == [
+        (layer.name, 128, layer.i, layer.f, layer.k, layer.s, layer.c) for layer in TABLE_I]
+    # every point varies exactly one parameter of the base
+    for p in pts:
+        if p.sweep != "table1":
+            diffs = [a != b for a, b in zip((p.b, p.i, p.f, p.k, p.s), paper.base)]
+            assert sum(diffs) <= 1 and p.c == 3
+
+
+def test_every_point_of_both_presets_is_a_valid_configuration():
+    for preset in PRESETS.values():
+        for p in preset.points():
+            p.config()  # raises ValueError if not
+
+
+def test_measure_times_a_supported_point_and_explains_the_others():
+    cfg = config_for((1, 2, 9, 9), (3, 2, 3, 3))
+    row = measure(cfg, "im2col-gemm", "cpu", min_run_time=0.01)
+    assert row["status"] == "ok" and row["median_ms"] > 0 and row["gflop_per_s"] > 0
+    assert row["flops"] == 3 * cfg.flops and row["workspace_bytes"] == 2 * 2 * 9 * 49 * 4
+    assert row["device"].startswith("CPU")
+    no_code = measure(cfg, "direct-tiled", "cpu")
+    assert no_code["median_ms"] is None and "no cpu implementation" in no_code["status"]
+    if backend.MODE == "simulator":
+        sim = measure(cfg, "direct-naive", "cuda")
+        assert sim["median_ms"] is None and "simulator" in sim["status"]
+
+
+def test_points_over_the_time_budget_are_refused_with_the_estimate():
+    cfg = config_for((64, 3, 128, 128), (64, 3, 11, 11))
+    est = estimate_seconds(cfg, "direct-naive", "cpu")
+    assert est > 2
+    reason = refusal(cfg, "direct-naive", "cpu", budget_s=2.0)
+    assert reason.startswith("refused") and "GFLOP" in reason and "budget" in reason
+    row = measure(cfg, "direct-naive", "cpu", budget_s=2.0)
+    assert row["median_ms"] is None and row["status"] == reason
+
+
+def test_bad_arguments():
+    cfg = config_for((1, 1, 5, 5), (1, 1, 3, 3))
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        measure(cfg, "winograd", "cpu")
+    with pytest.raises(ValueError, match="device must be"):
+        measure(cfg, "fft", "tpu")
+    with pytest.raises(ValueError, match="preset must be one of"):
+        run_preset("huge")
+
+
+TINY = Preset("tiny", (1, 8, 2, 3, 1), 1, range(1, 3), range(6, 9, 2), range(2, 3),
+              range(3, 6, 2), range(1, 3), 1, "a test preset")
+
+
+def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
+    # Table I at batch 1 is too slow for a unit test: keep only its smallest layer.
+    monkeypatch.setattr("helpers.sweep.TABLE_I", TABLE_I[3:4])
+    rows = run_preset(TINY, min_run_time=0.005, progress=False)
+    pts = TINY.points()
+    assert len(rows) == len(pts) * len(STRATEGIES) * 2
+    assert all(tuple(r) == FIELDS for r in rows)
+    keys = {(r["sweep"], r["x"], r["strategy"], r["device"][:3]) for r in rows}
+    assert len(keys) == len(rows)
+    for r in rows:
+        assert (r["median_ms"] is not None) == (r["status"] == "ok")
+    assert sum(r["status"] == "ok" for r in rows) >= len(pts) * 4  # the four CPU strategies
+
+
+def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "tiny", TINY)
+    monkeypatch.setattr("helpers.sweep.TABLE_I", TABLE_I[3:4])
+    out = tmp_path / "s.csv"
+    assert main(["--preset", "tiny", "--out", str(out), "--no-progress",
+                 "--min-run-time", "0.005"]) == 0
+    rows = list(csv.DictReader(open(out)))
+    assert rows and list(rows[0]) == list(FIELDS)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["preset"] == "tiny" and meta["scale"] == "a test preset"
+    assert "cpu_model" in meta["environment"]
+    assert "rows (" in capsys.readouterr().out
