@@ -225,3 +225,15 @@ def message_figure(message: str) -> go.Figure:
     fig.update_yaxes(visible=False)
     fig.update_layout(template="plotly_white", height=200)
     return fig
+
+
+# ------------------------------------------------------ notebook 03: direct convolution
+
+
+# ---------------------------------------------- notebook 04: unrolling (im2col + GEMM)
+
+
+# ------------------------------------------------------- notebook 05: FFT convolution
+
+
+# ---------------------------------------------------------- notebook 06: head to head
