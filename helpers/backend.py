@@ -252,6 +252,8 @@ def _decide() -> tuple[str, str, int | None]:
 
 # Low-occupancy warnings from tiny teaching launches are noise in a notebook.
 os.environ.setdefault("NUMBA_DISABLE_PERFORMANCE_WARNINGS", "1")
+# torch's profiler (Kineto) otherwise writes "USDT:" lines to stderr, into notebook outputs.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 #: ``"gpu"``, ``"simulator"``, or ``"unavailable"`` (the user forced NUMBA_ENABLE_CUDASIM=0 on a
 #: machine with no usable GPU).
