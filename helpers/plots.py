@@ -24,6 +24,9 @@ __all__ = [
     "roofline_figure",
     "thread_map_figure",
     "message_figure",
+    "sweep_figure",
+    "fastest_map_figure",
+    "findings_table",
 ]
 
 #: One colour per backend or strategy, kept across the whole workbook (colour-blind-safe
@@ -237,3 +240,94 @@ def message_figure(message: str) -> go.Figure:
 
 
 # ---------------------------------------------------------- notebook 06: head to head
+
+
+SWEEP_AXES = {"batch": "batch b", "input": "input size i (pixels)", "filters": "filters f",
+              "kernel": "kernel size k (pixels)", "stride": "stride s", "table1": "Table I layer"}
+
+
+def _num(v):
+    return None if v in (None, "") else float(v)
+
+
+def sweep_figure(rows: Sequence[dict], metric: str = "median_ms", title: str = "",
+                 device: str | None = None) -> go.Figure:
+    """The study's Figure 3 (runtime) or Figure 5 (memory): one panel per sweep, one line per
+    strategy, from :func:`helpers.sweep.run_preset` rows (or their CSV).
+
+    Args:
+        rows: sweep rows; only those with a value for ``metric`` are drawn.
+        metric: ``"median_ms"`` (runtime, ms), ``"peak_bytes"`` (measured peak, MiB) or
+            ``"workspace_bytes"`` (analytic workspace, MiB).
+        title: figure title (the device is appended). device: keep only rows of this device.
+    """
+    from plotly.subplots import make_subplots
+
+    sweeps = [s for s in SWEEP_AXES if any(r["sweep"] == s for r in rows)]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[SWEEP_AXES[s] for s in sweeps],
+                        horizontal_spacing=0.07, vertical_spacing=0.16)
+    scale, unit = (1.0, "ms") if metric == "median_ms" else (1 / 2**20, "MiB")
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    shown: set[str] = set()
+    for n, sweep in enumerate(sweeps):
+        row, col = divmod(n, 3)
+        for name in strategies:
+            pts = [r for r in rows if r["sweep"] == sweep and r["strategy"] == name
+                   and _num(r.get(metric)) is not None and (device is None or r["device"] == device)]
+            if not pts:
+                continue
+            x = [r["layer"] for r in pts] if sweep == "table1" else [r["x"] for r in pts]
+            y = [_num(r[metric]) * scale for r in pts]
+            style = dict(name=name, legendgroup=name, showlegend=name not in shown)
+            shown.add(name)
+            if sweep == "table1":
+                trace = go.Bar(x=x, y=y, marker_color=color_for(name), **style)
+            else:
+                trace = go.Scatter(x=x, y=y, mode="lines+markers",
+                                   line=dict(color=color_for(name)), **style)
+            fig.add_trace(trace, row=row + 1, col=col + 1)
+        fig.update_xaxes(title_text=SWEEP_AXES[sweep], row=row + 1, col=col + 1)
+        fig.update_yaxes(type="log", title_text=unit if col == 0 else None, row=row + 1,
+                         col=col + 1)
+    devices = sorted({r["device"] for r in rows if device is None or r["device"] == device})
+    fig.update_layout(template="plotly_white", height=620, barmode="group",
+                      title=f"{title}<br><sup>measured on {', '.join(devices)}</sup>",
+                      legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
+def fastest_map_figure(kernels: Sequence[int], inputs: Sequence[int],
+                       winners: Sequence[Sequence[str | None]], device: str) -> go.Figure:
+    """Which strategy was fastest at each (kernel size, input size): a categorical heat map
+    coloured by strategy (the workbook's colours); blank where the kernel does not fit."""
+    names = sorted({w for line in winners for w in line if w})
+    index = {n: i for i, n in enumerate(names)}
+    z = [[index[w] if w else None for w in line] for line in winners]
+    text = [[w or "" for w in line] for line in winners]
+    if names:
+        steps = len(names)
+        colorscale = []
+        for i, n in enumerate(names):
+            colorscale += [[i / steps, color_for(n)], [(i + 1) / steps, color_for(n)]]
+    else:
+        colorscale = [[0, "#ffffff"], [1, "#ffffff"]]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[str(i) for i in inputs], y=[str(k) for k in kernels], text=text,
+        texttemplate="%{text}", colorscale=colorscale, zmin=-0.5, zmax=len(names) - 0.5,
+        showscale=False, hovertemplate="k=%{y}, i=%{x}: %{text}<extra></extra>"))
+    fig.update_layout(template="plotly_white", height=380,
+                      title=f"Fastest strategy, forward + backward<br><sup>measured on {device}</sup>",
+                      xaxis_title="input size i (pixels)", yaxis_title="kernel size k (pixels)")
+    return fig
+
+
+def findings_table(rows: Sequence[dict], device: str) -> str:
+    """HTML table of :func:`helpers.sweep.findings`: the study's finding beside ours."""
+    import html as _html
+
+    mark = {True: "agrees", False: "differs", None: "cannot tell"}
+    body = "".join(
+        f"<tr><td>{_html.escape(r['finding'])}</td><td>{_html.escape(r['study'])}</td>"
+        f"<td>{_html.escape(r['here'])}</td><td><b>{mark[r['agrees']]}</b></td></tr>" for r in rows)
+    return ("<table><tr><th>finding</th><th>the study (K40c, 2016)</th>"
+            f"<th>here ({_html.escape(device)})</th><th></th></tr>{body}</table>")
