@@ -68,9 +68,10 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
 
     Returns:
         One dict per step, in the order the steps ran: ``phase``, ``ms`` (median over the
-        repeats), ``share`` (of the whole call's median time); plus a last row ``other``
-        for the time outside any step (validation, allocation, layout changes), so the shares
-        add up to 1. Steps that occur several times in a call are summed.
+        repeats), ``share`` (of the sum of the rows' ``ms``); plus a last row ``other`` for the
+        time outside any step (validation, allocation, layout changes: each call's total minus
+        its steps, median over the repeats), so the shares add up to 1. Steps that occur
+        several times in a call are summed.
 
     Raises:
         ValueError: as :func:`helpers.conv.conv2d`; ``repeats < 1``.
@@ -110,13 +111,15 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
                 order.append(name)
             per[name] = per.get(name, 0.0) + seconds
         steps.append(per)
-    total = float(np.median(totals))
-    rows = []
-    for name in order:
-        ms = float(np.median([s.get(name, 0.0) for s in steps])) * 1e3
-        rows.append({"phase": name, "ms": ms, "share": ms / (total * 1e3)})
-    other = max(total * 1e3 - sum(r["ms"] for r in rows), 0.0)
-    rows.append({"phase": "other", "ms": other, "share": other / (total * 1e3)})
+    # "other" is taken per call (that call's total minus its steps) before the median, so a
+    # slow call does not count as "other" time in a fast one.
+    others = [t - sum(per.values()) for t, per in zip(totals, steps)]
+    rows = [{"phase": name, "ms": float(np.median([s.get(name, 0.0) for s in steps])) * 1e3}
+            for name in order]
+    rows.append({"phase": "other", "ms": max(float(np.median(others)), 0.0) * 1e3})
+    total_ms = sum(r["ms"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["ms"] / total_ms
     return rows
 
 
