@@ -41,7 +41,7 @@ COLORS = {
     "direct-tiled": "#CC79A7",
     "im2col-gemm": "#56B4E9",
     "im2col-tiled": "#009E73",
-    "fft": "#F0E442",
+    "fft": "#000000",
     "peak": "#555555",
 }
 
@@ -233,10 +233,757 @@ def message_figure(message: str) -> go.Figure:
 # ------------------------------------------------------ notebook 03: direct convolution
 
 
+def _grey_uint8(img: np.ndarray, max_px: int) -> np.ndarray:
+    """Subsample to at most ``max_px`` per side and stretch the 0.5th..99.5th percentiles to
+    0..255 (uint8 keeps the figure's JSON small; a few extreme pixels do not wash it out)."""
+    img = np.asarray(img, dtype=np.float64)
+    step = max(1, int(math.ceil(max(img.shape) / max_px)))
+    img = img[::step, ::step]
+    lo, hi = (float(v) for v in np.percentile(img, [0.5, 99.5]))
+    img = np.clip(img, lo, hi)
+    scaled = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)
+    return np.round(scaled * 255).astype(np.uint8)
+
+
+def filtered_images_figure(panels: Sequence[tuple[str, np.ndarray]], device: str,
+                           cols: int = 3, max_px: int = 128,
+                           title: str = "One photograph, several filters") -> go.Figure:
+    """A grid of greyscale images, e.g. a photograph and its convolutions with classic filters.
+
+    Args:
+        panels: (title, image) pairs; each image a 2-D float array (H, W) in any units. Each
+            panel's contrast is stretched to its own range (0.5th..99.5th percentile = black..
+            white), so a signed response (Sobel, Laplacian) shows zero as mid-grey when its
+            range is symmetric.
+        device: what computed the convolutions (shown in the title).
+        cols: panels per row (>= 1).
+        max_px: images are subsampled to at most this many pixels per side.
+
+    Raises:
+        ValueError: no panels, a panel that is not 2-D, or cols < 1.
+    """
+    from plotly.subplots import make_subplots
+
+    if not panels:
+        raise ValueError("panels must not be empty")
+    if cols < 1:
+        raise ValueError(f"cols must be >= 1, got {cols}")
+    for name, img in panels:
+        if np.ndim(img) != 2:
+            raise ValueError(f"panel {name!r} must be a 2-D image (H, W), "
+                             f"got shape {np.shape(img)}")
+    rows = int(math.ceil(len(panels) / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[name for name, _ in panels],
+                        horizontal_spacing=0.02, vertical_spacing=0.08)
+    for j, (name, img) in enumerate(panels):
+        row, col = j // cols + 1, j % cols + 1
+        fig.add_trace(go.Heatmap(z=_grey_uint8(img, max_px), colorscale="gray", showscale=False,
+                                 zmin=0, zmax=255, name=name,
+                                 hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}<extra></extra>"),
+                      row=row, col=col)
+        axis = "" if j == 0 else str(j + 1)
+        fig.update_xaxes(visible=False, scaleanchor=f"y{axis}", constrain="domain",
+                         row=row, col=col)
+        fig.update_yaxes(visible=False, autorange="reversed", constrain="domain", row=row, col=col)
+    fig.update_layout(title=f"{title}<br><sup>computed by {device}; each panel's contrast "
+                            f"stretched to its own range</sup>",
+                      template="plotly_white", height=60 + 270 * rows, width=820,
+                      margin=dict(l=10, r=10, t=80, b=10))
+    return fig
+
+
+def conv_window_figure(x: np.ndarray, w: np.ndarray, y: np.ndarray,
+                       reads: Sequence[tuple[int, ...]], p: int, q: int, stride: int = 1,
+                       padding: int = 0, device: str = "") -> go.Figure:
+    """One output element's window: which inputs and weights its thread reads (one channel).
+
+    Three grids side by side: the input x (H, W) with its zero padding drawn grey, the filter
+    w (R, S), and the output y (P, Q). The window of ``y[p, q]`` is outlined on the input, the
+    inputs it reads are highlighted, and ``y[p, q]`` is highlighted on the output; cells show
+    their values.
+
+    Args:
+        x, w, y: 2-D arrays (one channel, one filter, one image).
+        reads: ``(c, hi, wi, r, s)`` tuples from :func:`helpers.conv.direct.window_reads`.
+        p, q: the output element; stride, padding: the convolution's (ints).
+        device: what computed y (shown in the title).
+
+    Raises:
+        ValueError: x, w or y not 2-D.
+    """
+    from plotly.subplots import make_subplots
+
+    for name, a in (("x", x), ("w", w), ("y", y)):
+        if np.ndim(a) != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {np.shape(a)}")
+    x, w, y = (np.asarray(a, dtype=np.float64) for a in (x, w, y))
+    h, wd = x.shape
+    r_, s_ = w.shape
+    pad = padding
+    xp = np.full((h + 2 * pad, wd + 2 * pad), np.nan)
+    xp[pad:pad + h, pad:pad + wd] = x
+    read = np.zeros_like(xp)
+    for _c, hi, wi, _r, _s in reads:
+        read[hi + pad, wi + pad] = 1.0
+    xtext = np.where(np.isnan(xp), "0", np.vectorize(lambda v: f"{v:g}")(np.nan_to_num(xp)))
+    wtext = np.vectorize(lambda v: f"{v:g}")(w)
+    ytext = np.vectorize(lambda v: f"{v:g}")(y)
+    pad_z = np.where(np.isnan(xp), -1.0, read)  # -1 padding, 0 input, 1 read by the thread
+    scale = [[0.0, "#bbbbbb"], [0.33, "#bbbbbb"], [0.34, "#ffffff"], [0.66, "#ffffff"],
+             [0.67, "#f4b183"], [1.0, "#f4b183"]]
+    ymask = np.zeros_like(y)
+    ymask[p, q] = 1.0
+    fig = make_subplots(rows=1, cols=3, column_widths=[0.45, 0.2, 0.35], horizontal_spacing=0.06,
+                        subplot_titles=[f"input x ({h} x {wd}, padding {pad} in grey)",
+                                        f"filter w ({r_} x {s_})",
+                                        f"output y, element y[{p}, {q}]"])
+    fig.add_trace(go.Heatmap(z=pad_z, text=xtext, texttemplate="%{text}", colorscale=scale,
+                             zmin=-1, zmax=1, showscale=False, xgap=1, ygap=1,
+                             hovertemplate="padded row %{y}, col %{x}: %{text}<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(go.Heatmap(z=np.ones_like(w), text=wtext, texttemplate="%{text}",
+                             colorscale=[[0, "#9dc3e6"], [1, "#9dc3e6"]], showscale=False,
+                             xgap=1, ygap=1,
+                             hovertemplate="w[%{y}, %{x}] = %{text}<extra></extra>"),
+                  row=1, col=2)
+    fig.add_trace(go.Heatmap(z=ymask, text=ytext, texttemplate="%{text}",
+                             colorscale=[[0, "#ffffff"], [1, color_for("direct-naive")]],
+                             showscale=False, xgap=1, ygap=1,
+                             hovertemplate="y[%{y}, %{x}] = %{text}<extra></extra>"),
+                  row=1, col=3)
+    top, left = p * stride, q * stride  # window corner in padded coordinates
+    fig.add_shape(type="rect", x0=left - 0.5, x1=left + s_ - 0.5, y0=top - 0.5, y1=top + r_ - 0.5,
+                  line=dict(color=color_for("direct-naive"), width=3), row=1, col=1)
+    for j in (1, 2, 3):
+        axis = "" if j == 1 else str(j)
+        fig.update_xaxes(scaleanchor=f"y{axis}", constrain="domain", showticklabels=False,
+                         showgrid=False, zeroline=False, row=1, col=j)
+        fig.update_yaxes(autorange="reversed", constrain="domain", showticklabels=False,
+                         showgrid=False, zeroline=False, row=1, col=j)
+    terms = len(reads)
+    fig.update_layout(
+        title=(f"The thread for y[{p}, {q}] reads {terms} inputs (orange) and {terms} weights: "
+               f"y[{p}, {q}] = sum of x * w over its window (stride {stride})"
+               + (f"<br><sup>computed by {device}</sup>" if device else "")),
+        template="plotly_white", height=380, width=900, margin=dict(l=10, r=10, t=90, b=10))
+    return fig
+
+
+def direct_runtime_figure(rows: Sequence[dict], title: str = "Direct convolution vs torch"
+                          ) -> go.Figure:
+    """Median time per call and GFLOP/s per layer, one bar group per (strategy, pass).
+
+    Args:
+        rows: dicts with ``layer``, ``strategy``, ``pass`` (``forward`` or
+            ``forward+backward``), ``median_ms``, ``iqr_ms``, ``gflop_per_s`` and ``device``
+            (rows from :func:`helpers.sweep.measure` with ``layer`` added, or from
+            ``results/conv_table1_*``); rows without a median are left out.
+        title: chart title; the devices that measured the rows are added below it.
+
+    Raises:
+        ValueError: no row has a measurement.
+    """
+    from plotly.subplots import make_subplots
+
+    ok = [r for r in rows if r.get("median_ms") not in (None, "")]
+    if not ok:
+        raise ValueError("no measured rows to draw (every row's median_ms is empty)")
+    layers = list(dict.fromkeys(r["layer"] for r in ok))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=["median time per call (ms, log scale)",
+                                        "throughput (GFLOP/s of the layer's FLOPs)"])
+    keys = list(dict.fromkeys((r["strategy"], r["pass"]) for r in ok))
+    for strategy, pss in keys:
+        g = {r["layer"]: r for r in ok if r["strategy"] == strategy and r["pass"] == pss}
+        name = f"{strategy}, {pss}"
+        pattern = "" if pss == "forward" else "/"
+        common = dict(x=layers, name=name, legendgroup=name,
+                      marker=dict(color=color_for(strategy), pattern_shape=pattern))
+        fig.add_trace(go.Bar(
+            y=[g[L]["median_ms"] if L in g else None for L in layers],
+            error_y=dict(type="data", array=[g[L]["iqr_ms"] if L in g else 0 for L in layers],
+                         thickness=1),
+            hovertemplate="%{x}: %{y:.3g} ms<extra>" + name + "</extra>", **common),
+            row=1, col=1)
+        fig.add_trace(go.Bar(
+            y=[g[L]["gflop_per_s"] if L in g else None for L in layers], showlegend=False,
+            hovertemplate="%{x}: %{y:.3g} GFLOP/s<extra>" + name + "</extra>", **common),
+            row=1, col=2)
+    devices = ", ".join(dict.fromkeys(str(r["device"]) for r in ok))
+    fig.update_layout(title=f"{title}<br><sup>measured on {devices}</sup>", barmode="group",
+                      template="plotly_white", height=450,
+                      legend=dict(orientation="h", y=-0.15), margin=dict(l=70, r=20, t=80, b=60))
+    fig.update_yaxes(type="log", title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="GFLOP/s", row=1, col=2)
+    fig.update_xaxes(title_text="layer", row=1, col=1)
+    fig.update_xaxes(title_text="layer", row=1, col=2)
+    return fig
+
+
+def direct_phases_figure(groups: Sequence[tuple[str, Sequence[dict]]], device: str,
+                 title: str = "Where the time goes (the study's Figure 4)") -> go.Figure:
+    """Horizontal stacked bars: each step's milliseconds inside a strategy's call.
+
+    Args:
+        groups: (bar label, rows) pairs; rows from :func:`helpers.conv.phases.phase_times`
+            (``phase``, ``ms``, ``share``).
+        device: what measured them (shown in the title).
+    """
+    palette = ["#D55E00", "#E69F00", "#CC79A7", "#0072B2", "#56B4E9", "#009E73", "#F0E442"]
+    labels = [label for label, _ in groups]
+    phases = list(dict.fromkeys(r["phase"] for _, rows in groups for r in rows))
+    fig = go.Figure()
+    for j, ph in enumerate(phases):
+        ms, text = [], []
+        for _, rows in groups:
+            hit = [r for r in rows if r["phase"] == ph]
+            ms.append(hit[0]["ms"] if hit else 0.0)
+            text.append(f"{hit[0]['share']:.0%}" if hit and hit[0]["share"] >= 0.08 else "")
+        fig.add_trace(go.Bar(
+            y=labels, x=ms, orientation="h", name=ph, text=text, textposition="inside",
+            marker=dict(color=COLORS["peak"] if ph == "other" else palette[j % len(palette)]),
+            hovertemplate=ph + ": %{x:.3g} ms<extra>%{y}</extra>"))
+    fig.update_layout(barmode="stack", title=f"{title}<br><sup>measured on {device}</sup>",
+                      template="plotly_white", height=140 + 60 * len(groups),
+                      legend=dict(orientation="h", y=-0.3), margin=dict(l=230, r=20, t=70, b=60))
+    fig.update_xaxes(title_text="time per call (ms, median)")
+    return fig
+
+
+def tile_reuse_figure(curves: Sequence[tuple[str, Sequence[int], Sequence]],
+                      mark_tile: int | None = None) -> go.Figure:
+    """Input reuse and arithmetic intensity of a shared-memory tile against its size.
+
+    Args:
+        curves: (label, tile edges, :class:`helpers.conv.direct.TileTraffic` per edge) per
+            filter size and stride.
+        mark_tile: a tile edge to mark with a vertical line (our kernel's TILE).
+    """
+    from plotly.subplots import make_subplots
+
+    palette = ["#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=["multiply-adds per input element loaded",
+                                        "FLOP per byte loaded from global memory"])
+    for j, (label, tiles, traffic) in enumerate(curves):
+        color = palette[j % len(palette)]
+        fig.add_trace(go.Scatter(x=list(tiles), y=[t.input_reuse for t in traffic],
+                                 mode="lines+markers", name=label, legendgroup=label,
+                                 line=dict(color=color),
+                                 hovertemplate="tile %{x}: reuse %{y:.2f}<extra>" + label
+                                 + "</extra>"),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=list(tiles), y=[t.tiled_intensity for t in traffic],
+                                 mode="lines+markers", name=label, legendgroup=label,
+                                 showlegend=False, line=dict(color=color),
+                                 hovertemplate="tile %{x}: %{y:.2f} FLOP/B<extra>" + label
+                                 + "</extra>"),
+                      row=1, col=2)
+    all_tiles = [t for _, tiles, _ in curves for t in tiles] or [1, 2]
+    fig.add_trace(go.Scatter(x=[min(all_tiles), max(all_tiles)], y=[0.25, 0.25], mode="lines",
+                             name="direct-naive: 0.25 FLOP/B (any size)",
+                             line=dict(color=color_for("direct-naive"), dash="dot", width=2),
+                             hovertemplate="naive: 0.25 FLOP/B<extra></extra>"), row=1, col=2)
+    if mark_tile is not None:
+        # A vertical line drawn as a trace (shapes misplace themselves on log axes).
+        for col, attr in ((1, "input_reuse"), (2, "tiled_intensity")):
+            values = [getattr(t, attr) for _, _, traffic in curves for t in traffic] + [0.25]
+            fig.add_trace(go.Scatter(
+                x=[mark_tile, mark_tile], y=[min(values), max(values)], mode="lines",
+                name=f"our kernel's tile: {mark_tile} x {mark_tile}", legendgroup="mark",
+                showlegend=col == 1, line=dict(color=COLORS["peak"], dash="dash", width=1),
+                hoverinfo="skip"), row=1, col=col)
+    fig.update_layout(title="What a shared-memory tile saves (counted, not measured)",
+                      template="plotly_white", height=430, legend=dict(orientation="h", y=-0.2),
+                      margin=dict(l=70, r=20, t=70, b=60))
+    fig.update_xaxes(title_text="output tile edge (threads per side)", type="log")
+    fig.update_yaxes(type="log", title_text="reuse (x)", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="FLOP/byte", row=1, col=2)
+    return fig
+
+
 # ---------------------------------------------- notebook 04: unrolling (im2col + GEMM)
 
 
+#: Colours of the unrolling strategy's steps (``helpers.conv.phases`` names): copies orange
+#: (im2col) and vermilion (col2im), GEMMs in blues, bookkeeping grey.
+UNROLL_PHASE_COLORS = {
+    "im2col": "#E69F00", "GEMM": "#0072B2", "GEMM (dw)": "#0072B2", "GEMM (dcols)": "#56B4E9",
+    "col2im": "#D55E00", "other": "#DDDDDD",
+}
+
+
+def _value(v):
+    """A number from a measurement row (live, or parsed from a results/ CSV), or None."""
+    return None if v in (None, "") else float(v)
+
+
+def im2col_picture_figure(patch: np.ndarray, cols: np.ndarray, sources: np.ndarray,
+                          pixel: tuple[int, int], kernel: tuple[int, int] = (3, 3),
+                          device: str = "") -> go.Figure:
+    """An image patch above its im2col matrix, one input pixel and every copy of it outlined.
+
+    Args:
+        patch: (H, W) float grey image in [0, 1]: one image, one channel (N = C = 1).
+        cols: its im2col matrix, (R*S, P*Q) float (:func:`helpers.conv.unroll.im2col_cpu` or
+            the CUDA path's :func:`helpers.conv.unroll.im2col`).
+        sources: (R*S, P*Q) int, :func:`helpers.conv.unroll.im2col_sources`: the flat index into
+            ``patch`` that each entry copies, -1 for the zero padding.
+        pixel: (h, w) of the input pixel to follow.
+        kernel: (R, S), to label the matrix's rows with their offset (r, s) in the window.
+        device: what computed ``cols`` (shown in the title).
+
+    Returns:
+        a plotly Figure: the patch (each pixel labelled with how many matrix entries copy it,
+        at most R*S) and the matrix on the same grey scale, so the duplicated values are visibly
+        the same; the pixel and its copies are outlined in red.
+
+    Raises:
+        ValueError: patch not 2-D, cols and sources of different shapes, rows other than R*S,
+            or a pixel outside the patch.
+
+    Source: Li et al., ICPP 2016, Section II-C (unrolling's k*k-times larger buffer).
+    """
+    from plotly.subplots import make_subplots
+
+    patch = np.asarray(patch, dtype=np.float32)
+    cols = np.asarray(cols, dtype=np.float32)
+    sources = np.asarray(sources)
+    if patch.ndim != 2:
+        raise ValueError(f"patch must be 2-D (H, W), got shape {patch.shape}")
+    if cols.shape != sources.shape or cols.ndim != 2:
+        raise ValueError(f"cols and sources must be 2-D of one shape, got {cols.shape} and "
+                         f"{sources.shape}")
+    r_, s_ = kernel
+    if cols.shape[0] != r_ * s_:
+        raise ValueError(f"cols must have R*S = {r_ * s_} rows for kernel {kernel}, got "
+                         f"{cols.shape[0]}")
+    h, w = patch.shape
+    ph, pw = pixel
+    if not (0 <= ph < h and 0 <= pw < w):
+        raise ValueError(f"pixel must lie inside the {h} x {w} patch, got {pixel}")
+    target = ph * w + pw
+    counts = np.bincount(sources[sources >= 0].ravel(), minlength=h * w).reshape(h, w)
+    rows_, ncols = cols.shape
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.62, 0.38], vertical_spacing=0.14,
+                        subplot_titles=[
+                            f"input patch x ({h} x {w}); number = its copies in the matrix",
+                            f"im2col matrix cols ({rows_} x {ncols}): column = output position "
+                            f"(p, q), row = offset (r, s)"])
+    fig.add_trace(go.Heatmap(
+        z=patch, text=counts, texttemplate="%{text}", textfont=dict(color="#E69F00", size=12),
+        colorscale="gray", zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
+        hovertemplate="x[%{y}, %{x}] = %{z:.3f}, copied %{text} times<extra></extra>"),
+        row=1, col=1)
+    where = np.where(sources >= 0, sources, -1)
+    hover = np.where(where >= 0,
+                     np.char.add(np.char.add("copies x[", (where // w).astype(str)),
+                                 np.char.add(", ", np.char.add((where % w).astype(str), "]"))),
+                     "zero padding")
+    fig.add_trace(go.Heatmap(
+        z=cols, colorscale="gray", zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
+        customdata=hover,
+        hovertemplate="row %{y}, column %{x}: %{z:.3f}, %{customdata}<extra></extra>"),
+        row=2, col=1)
+    fig.add_shape(type="rect", x0=pw - 0.5, x1=pw + 0.5, y0=ph - 0.5, y1=ph + 0.5,
+                  line=dict(color="#FF2020", width=3), row=1, col=1)
+    hit_r, hit_c = np.nonzero(sources == target)
+    fig.add_trace(go.Scatter(
+        x=hit_c, y=hit_r, mode="markers", showlegend=False,
+        marker=dict(symbol="square-open", size=11, color="#FF2020", line=dict(width=2)),
+        hovertemplate=f"a copy of x[{ph}, {pw}]<extra></extra>"), row=2, col=1)
+    fig.update_xaxes(scaleanchor="y", constrain="domain", showgrid=False, dtick=1,
+                     title_text="w", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", constrain="domain", showgrid=False, dtick=1,
+                     title_text="h", row=1, col=1)
+    fig.update_xaxes(scaleanchor="y2", constrain="domain", showgrid=False,
+                     title_text="column = output position (p, q)", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", constrain="domain", showgrid=False, dtick=1,
+                     ticktext=[f"({r}, {s})" for r in range(r_) for s in range(s_)],
+                     tickvals=list(range(rows_)), title_text="(r, s)", row=2, col=1)
+    fig.update_layout(
+        title=(f"im2col of a real image: pixel x[{ph}, {pw}] (red) appears in "
+               f"{int(counts[ph, pw])} columns<br><sup>matrix computed by {device}</sup>"),
+        template="plotly_white", height=720, width=900, margin=dict(l=70, r=20, t=110, b=50))
+    return fig
+
+
+def im2col_memory_figure(rows: Sequence[dict]) -> go.Figure:
+    """Input size against im2col buffer size per layer, for one or more batch sizes (log axis).
+
+    Args:
+        rows: dicts with ``layer``, ``b`` (batch), ``input_bytes`` (N*C*H*W*4) and
+            ``cols_bytes`` (C*R*S*N*P*Q*4): analytic sizes, computed from the shapes.
+
+    Returns:
+        a plotly Figure: grouped bars in MiB (2**20 bytes), input grey and buffer in
+        im2col-gemm's colour, batches told apart by hatching; hover gives the ratio.
+
+    Raises:
+        ValueError: no rows.
+
+    Source: Li et al., ICPP 2016, Section II-C and Table I.
+    """
+    if not rows:
+        raise ValueError("rows must not be empty")
+    layers = list(dict.fromkeys(r["layer"] for r in rows))
+    batches = list(dict.fromkeys(r["b"] for r in rows))
+    patterns = ["", "/", ".", "x"]
+    fig = go.Figure()
+    for j, b in enumerate(batches):
+        g = {r["layer"]: r for r in rows if r["b"] == b}
+        ratio = [g[L]["cols_bytes"] / g[L]["input_bytes"] if L in g else None for L in layers]
+        for key, label, color in (("input_bytes", "input x", COLORS["peak"]),
+                                  ("cols_bytes", "im2col buffer", color_for("im2col-gemm"))):
+            fig.add_trace(go.Bar(
+                x=layers, y=[g[L][key] / 2**20 if L in g else None for L in layers],
+                name=f"{label}, batch {b}", customdata=ratio,
+                marker=dict(color=color, pattern_shape=patterns[j % len(patterns)]),
+                hovertemplate=(f"%{{x}}, batch {b}: {label} %{{y:,.3g}} MiB"
+                               "<br>buffer / input = %{customdata:.1f}<extra></extra>")))
+    fig = _layout(fig, "The memory price of unrolling: input vs im2col buffer (float32)"
+                  "<br><sup>analytic sizes, computed from the layer shapes (not measured)</sup>",
+                  "layer (Table I)", "size (MiB, log scale)", log_x=False, log_y=True)
+    fig.update_layout(barmode="group")
+    return fig
+
+
+def unroll_layers_figure(rows: Sequence[dict], title: str = "Unrolling vs torch's convolution"
+                         ) -> go.Figure:
+    """Time, GFLOP/s and memory per layer: one bar per (strategy, pass[, device]).
+
+    Args:
+        rows: dicts with ``layer``, ``strategy``, ``pass`` (``forward`` or
+            ``forward+backward``), ``device`` (its name), ``median_ms``, ``iqr_ms``,
+            ``gflop_per_s``, ``workspace_bytes`` (analytic) and ``peak_bytes`` (measured);
+            rows from :func:`helpers.sweep.measure` with ``layer`` added, or from
+            ``results/conv_table1_*``. Rows without a median are left out; missing values may
+            be None or "".
+        title: figure title; the devices that measured the rows are named below it.
+
+    Returns:
+        a plotly Figure of three panels: median ms (log, IQR as error bars), GFLOP/s of the
+        layer's FLOPs, and measured peak memory (MiB) with the analytic workspace as black
+        diamonds. Colours by strategy, hatching for forward + backward; with rows from more
+        than one device, the device's kind is in the legend and CPU bars are paler.
+
+    Raises:
+        ValueError: no row has a measurement.
+
+    Source: Li et al., ICPP 2016, Figures 3 and 5 (runtime and memory of each library).
+    """
+    from plotly.subplots import make_subplots
+
+    ok = [r for r in rows if _value(r.get("median_ms")) is not None]
+    if not ok:
+        raise ValueError("no measured rows to draw (every row's median_ms is empty)")
+    layers = list(dict.fromkeys(r["layer"] for r in ok))
+    devices = list(dict.fromkeys(str(r["device"]) for r in ok))
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=[
+        "median time per call (ms, log)", "throughput (GFLOP/s)",
+        "peak memory (MiB; diamonds: analytic workspace)"])
+    keys = list(dict.fromkeys((r["strategy"], r["pass"], str(r["device"])) for r in ok))
+    for strategy, pss, device in keys:
+        g = {r["layer"]: r for r in ok
+             if (r["strategy"], r["pass"], str(r["device"])) == (strategy, pss, device)}
+        kind = "cpu" if device.startswith("CPU") else "gpu"
+        name = f"{strategy}, {pss}" + (f" ({kind})" if len(devices) > 1 else "")
+        marker = dict(color=color_for(strategy), pattern_shape="" if pss == "forward" else "/",
+                      opacity=0.55 if len(devices) > 1 and kind == "cpu" else 1.0)
+        common = dict(x=layers, name=name, legendgroup=name, marker=marker)
+
+        def col(key):
+            return [_value(g[L].get(key)) if L in g else None for L in layers]
+
+        fig.add_trace(go.Bar(
+            y=col("median_ms"), error_y=dict(type="data", array=[v or 0 for v in col("iqr_ms")],
+                                             thickness=1),
+            hovertemplate="%{x}: %{y:.3g} ms<extra>" + name + "</extra>", **common), row=1, col=1)
+        fig.add_trace(go.Bar(
+            y=col("gflop_per_s"), showlegend=False,
+            hovertemplate="%{x}: %{y:.3g} GFLOP/s<extra>" + name + "</extra>", **common),
+            row=1, col=2)
+        peak = col("peak_bytes")
+        if any(v is not None for v in peak):
+            fig.add_trace(go.Bar(
+                y=[v / 2**20 if v is not None else None for v in peak], showlegend=False,
+                hovertemplate="%{x}: measured peak %{y:.3g} MiB<extra>" + name + "</extra>",
+                **common), row=1, col=3)
+    ws_rows = {}
+    for r in ok:  # the analytic workspace of the unrolling strategies, forward + backward
+        ws = _value(r.get("workspace_bytes"))
+        if ws is not None and r["pass"] == "forward+backward":
+            ws_rows.setdefault(r["strategy"], {})[r["layer"]] = ws
+    for strategy, g in ws_rows.items():
+        fig.add_trace(go.Scatter(
+            x=layers, y=[g[L] / 2**20 if L in g else None for L in layers], mode="markers",
+            name=f"{strategy}: analytic workspace (cols + dcols)",
+            marker=dict(symbol="diamond", size=10, color="#000000"),
+            hovertemplate="%{x}: analytic %{y:.3g} MiB<extra>" + strategy + "</extra>"),
+            row=1, col=3)
+    fig.update_layout(title=f"{title}<br><sup>measured on {', '.join(devices)}</sup>",
+                      barmode="group", template="plotly_white", height=520,
+                      legend=dict(orientation="h", y=-0.22), margin=dict(l=60, r=20, t=90, b=110))
+    fig.update_yaxes(type="log", title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="GFLOP/s", row=1, col=2)
+    fig.update_yaxes(title_text="MiB", row=1, col=3)
+    for c in (1, 2, 3):
+        fig.update_xaxes(title_text="layer", row=1, col=c)
+    return fig
+
+
+def unroll_phase_figure(bars: Sequence[tuple[str, Sequence[dict]]], device: str,
+                        study: Sequence[tuple[str, float]] = (),
+                        title: str = "Where unrolling's time goes (the study's Figure 4)"
+                        ) -> go.Figure:
+    """Share of each step of a call, one horizontal stacked bar per pass, beside the study's.
+
+    Args:
+        bars: (label, rows of :func:`helpers.conv.phases.phase_times`) per bar; rows have
+            ``phase``, ``ms`` and ``share``.
+        device: the device that measured them (shown in the title).
+        study: (label, GEMM share in [0, 1]) per library *as reported by the study*; drawn
+            hatched, as GEMM and "rest" (the study: mostly im2col and col2im).
+        title: figure title.
+
+    Returns:
+        a plotly Figure: x = percent of the call's median time; hover gives milliseconds;
+        colours from :data:`UNROLL_PHASE_COLORS`.
+
+    Raises:
+        ValueError: no bars and no study shares.
+
+    Source: Li et al., ICPP 2016, Figure 4 (GEMM 87 / 83 / 80 % of Caffe / Torch-cunn /
+    Theano-CorrMM at (64, 128, 64, 11, 1)).
+    """
+    if not bars and not study:
+        raise ValueError("nothing to draw: give bars or study shares")
+    labels = [label for label, _ in bars] + [label for label, _ in study]
+    names: list[str] = []
+    for _, rows in bars:
+        for r in rows:
+            if r["phase"] not in names:
+                names.append(r["phase"])
+    names = [n for n in names if n != "other"] + (["other"] if "other" in names else [])
+    pad = [None] * len(study)
+    fig = go.Figure()
+    for name in names:
+        share = [next((100 * r["share"] for r in rows if r["phase"] == name), 0.0)
+                 for _, rows in bars]
+        ms = [next((r["ms"] for r in rows if r["phase"] == name), 0.0) for _, rows in bars]
+        fig.add_trace(go.Bar(
+            y=labels, x=share + pad, orientation="h", name=name, customdata=ms + pad,
+            text=[f"{v:.0f} %" if v >= 8 else "" for v in share] + [""] * len(study),
+            textposition="inside",
+            marker=dict(color=UNROLL_PHASE_COLORS.get(name, "#BBBBBB"),
+                        pattern_shape="." if name == "GEMM (dcols)" else "",
+                        line=dict(color="#FFFFFF", width=0.5)),
+            hovertemplate=f"{name}: %{{x:.0f}} %% (%{{customdata:.3g}} ms)<extra></extra>"))
+    if study:
+        gemm = [100 * s for _, s in study]
+        lead = [None] * len(bars)
+        fig.add_trace(go.Bar(
+            y=labels, x=lead + gemm, orientation="h", name="GEMM (reported by the study, K40c)",
+            text=[""] * len(bars) + [f"{v:.0f} %" for v in gemm], textposition="inside",
+            marker=dict(color=UNROLL_PHASE_COLORS["GEMM"], pattern_shape="/",
+                        line=dict(color="#FFFFFF", width=0.5)),
+            hovertemplate="GEMM: %{x:.0f} % (reported by the study)<extra></extra>"))
+        fig.add_trace(go.Bar(
+            y=labels, x=lead + [100 - v for v in gemm], orientation="h",
+            name="rest (reported by the study: mostly im2col and col2im)",
+            marker=dict(color="#BBBBBB", pattern_shape="/", line=dict(color="#FFFFFF", width=0.5)),
+            hovertemplate="not GEMM: %{x:.0f} % (reported by the study)<extra></extra>"))
+    fig = _layout(fig, f"{title}<br><sup>our bars measured on {device}; hatched bars are the "
+                       f"study's (K40c)</sup>",
+                  "share of the call's median time (%)", "", log_x=False, log_y=False)
+    fig.update_layout(barmode="stack", height=170 + 50 * len(labels),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(l=260, r=20, t=80, b=60))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(range=[0, 100])
+    return fig
+
+
 # ------------------------------------------------------- notebook 05: FFT convolution
+
+#: Colours of the FFT strategy's steps (``helpers.conv.phases`` names), by kind: forward
+#: transforms blue, Cgemms orange, inverse transforms green, bookkeeping grey.
+FFT_PHASE_COLORS = {
+    "FFT (x)": "#0072B2", "FFT (w)": "#56B4E9", "FFT (dy)": "#9ECAE1",
+    "Cgemm": "#E69F00", "Cgemm (dw)": "#E69F00", "Cgemm (dx)": "#F5C16C",
+    "inverse FFT (y)": "#009E73", "inverse FFT (dw)": "#009E73", "inverse FFT (dx)": "#7FD1B9",
+    "crop": "#999999", "other": "#DDDDDD",
+}
+
+
+def fft_planes_figure(panels: Sequence[tuple[str, np.ndarray]], title: str, cols: int = 4,
+                      max_side: int = 160) -> go.Figure:
+    """Greyscale pictures side by side: images, spectra, results of FFT convolution.
+
+    Args:
+        panels: (subtitle, 2-D real array) pairs, e.g. an image (H, W) or a log-magnitude
+            spectrum (Hf, Wf//2+1). Each is scaled to its own min..max and stored as 8-bit grey
+            levels (a picture, not data: the hover shows the pixel, not the value), and
+            subsampled by striding to at most ``max_side`` pixels a side to keep the figure
+            small.
+        title: figure title.
+        cols: panels per row (>= 1).
+        max_side: longest side of a stored panel in pixels (>= 8).
+
+    Returns:
+        a plotly Figure, one heatmap per panel, y axis downwards, equal aspect.
+
+    Raises:
+        ValueError: no panels, a panel that is not 2-D, cols < 1 or max_side < 8.
+
+    Source: the steps of FFT convolution (study Section II-C).
+    """
+    from plotly.subplots import make_subplots
+
+    if not panels:
+        raise ValueError("panels must not be empty")
+    if cols < 1 or max_side < 8:
+        raise ValueError(f"cols must be >= 1 and max_side >= 8, got {cols} and {max_side}")
+    arrays = []
+    for name, a in panels:
+        a = np.asarray(a, dtype=np.float64)
+        if a.ndim != 2:
+            raise ValueError(f"panel {name!r} must be 2-D, got shape {a.shape}")
+        step = max(1, math.ceil(max(a.shape) / max_side))
+        a = a[::step, ::step]
+        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+        scaled = (a - lo) / (hi - lo) if hi > lo else np.zeros_like(a)
+        arrays.append(np.round(scaled * 255).astype(np.uint8))
+    cols = min(cols, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[name for name, _ in panels],
+                        horizontal_spacing=0.03, vertical_spacing=0.12 / rows)
+    for j, a in enumerate(arrays):
+        row, col = j // cols + 1, j % cols + 1
+        fig.add_trace(go.Heatmap(z=a, colorscale="gray", showscale=False, zmin=0, zmax=255,
+                                 hovertemplate="row %{y}, column %{x}<extra></extra>"),
+                      row=row, col=col)
+        axis = "" if j == 0 else str(j + 1)
+        fig.update_xaxes(showticklabels=False, constrain="domain", row=row, col=col)
+        fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor=f"x{axis}",
+                         scaleratio=1, constrain="domain", row=row, col=col)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title=title, template="plotly_white", height=60 + 260 * rows,
+                      margin=dict(l=10, r=10, t=70, b=10))
+    return fig
+
+
+def fft_cost_figure(kernels: Sequence[int], series: Sequence[tuple[str, Sequence[float], str, str]],
+                    y_title: str, title: str, mark: tuple[float, str] | None = None) -> go.Figure:
+    """Analytic cost (FLOPs or bytes) against kernel size, one line per series.
+
+    Args:
+        kernels: kernel sizes R = S on the x axis.
+        series: (name, values, colour key for :func:`color_for`, dash) per line; values
+            in the unit ``y_title`` names, one per kernel size.
+        y_title: the y axis title, with its unit (the axis is logarithmic).
+        title: figure title.
+        mark: optional (kernel size, label): a dotted vertical line, e.g. where FFT's FLOPs
+            cross direct convolution's.
+
+    Raises:
+        ValueError: a series whose length differs from ``kernels``.
+
+    Source: the study's Section II-C cost argument; its Figure 5 for memory.
+    """
+    fig = go.Figure()
+    for name, values, key, dash in series:
+        if len(values) != len(kernels):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(kernels)} kernels")
+        fig.add_trace(go.Scatter(
+            x=list(kernels), y=list(values), mode="lines+markers", name=name,
+            line=dict(color=color_for(key), dash=dash, width=2.5 if key == "fft" else 2),
+            hovertemplate=f"{name}<br>kernel %{{x}}: %{{y:.3g}}<extra></extra>"))
+    if mark is not None:
+        ys = [v for _, values, _, _ in series for v in values if v and v > 0]
+        fig.add_trace(go.Scatter(
+            x=[mark[0], mark[0]], y=[min(ys), max(ys)] if ys else [1, 10], mode="lines",
+            name=mark[1], line=dict(color=COLORS["peak"], dash="dot", width=1),
+            hovertemplate=f"{mark[1]}<extra></extra>"))
+    fig = _layout(fig, title, "kernel size R = S", y_title, log_x=False, log_y=True)
+    fig.update_xaxes(dtick=2 if len(kernels) < 20 else 4)
+    return fig
+
+
+def fft_runtime_figure(rows: Sequence[dict], x_key: str, x_title: str, title: str) -> go.Figure:
+    """Measured time per call against one swept parameter, one line per (strategy, device).
+
+    Args:
+        rows: dicts from :func:`helpers.sweep.measure` with the swept value under ``x_key``;
+            rows without a measurement (``status`` not ``"ok"``) are left out.
+        x_key: the key holding the x value (e.g. ``"k"`` for kernel size, ``"s"`` for stride).
+        x_title: the x axis title. title: figure title.
+
+    Returns:
+        a plotly Figure: median ms (log axis) with the interquartile range as error bars; the
+        legend names the strategy and the device that measured it.
+
+    Source: the study's Figure 3 (runtime over kernel size and stride).
+    """
+    fig = go.Figure()
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("median_ms") is not None:
+            groups.setdefault((r["strategy"], r["device"]), []).append(r)
+    for (strategy, device), g in groups.items():
+        g = sorted(g, key=lambda r: r[x_key])
+        fig.add_trace(go.Scatter(
+            x=[r[x_key] for r in g], y=[r["median_ms"] for r in g], mode="lines+markers",
+            error_y=dict(type="data", array=[r["iqr_ms"] or 0 for r in g], visible=True,
+                         thickness=1),
+            name=f"{strategy}, {device}",
+            line=dict(color=color_for(strategy),
+                      dash="solid" if device.startswith("CPU") else DASHES["cuda"],
+                      width=3 if strategy == "fft" else 2),
+            hovertemplate=f"{strategy}<br>{x_title} %{{x}}: %{{y:.3g}} ms<extra></extra>"))
+    fig = _layout(fig, title, x_title, "median time, forward + backward (ms)", log_x=False)
+    fig.update_xaxes(dtick=1 if len({r[x_key] for r in rows}) <= 5 else 2)
+    return fig
+
+
+def fft_phase_figure(bars: Sequence[tuple[str, Sequence[dict]]], device: str,
+                     title: str = "Where FFT convolution's time goes") -> go.Figure:
+    """Share of each step in a call, one horizontal stacked bar per (layer, pass).
+
+    Args:
+        bars: (label, rows of :func:`helpers.conv.phases.phase_times`) per bar.
+        device: the device that measured them (shown in the title).
+        title: figure title.
+
+    Returns:
+        a plotly Figure: x = percent of the call's median time; hover gives milliseconds.
+        Colours: forward transforms blue, Cgemms orange, inverse transforms green
+        (:data:`FFT_PHASE_COLORS`).
+
+    Source: the study's Figure 4 (fbfft: FFT, transpose, Cgemm, inverse FFT).
+    """
+    fig = go.Figure()
+    labels = [label for label, _ in bars]
+    names: list[str] = []
+    for _, rows in bars:
+        for r in rows:
+            if r["phase"] not in names:
+                names.append(r["phase"])
+    names = [n for n in names if n != "other"] + (["other"] if "other" in names else [])
+    for name in names:
+        share = [next((100 * r["share"] for r in rows if r["phase"] == name), 0.0)
+                 for _, rows in bars]
+        ms = [next((r["ms"] for r in rows if r["phase"] == name), 0.0) for _, rows in bars]
+        fig.add_trace(go.Bar(
+            y=labels, x=share, orientation="h", name=name, customdata=ms,
+            marker=dict(color=FFT_PHASE_COLORS.get(name, "#BBBBBB"),
+                        line=dict(color="#FFFFFF", width=0.5)),
+            hovertemplate=f"{name}: %{{x:.0f}} %% (%{{customdata:.3g}} ms)<extra></extra>"))
+    fig = _layout(fig, f"{title}<br><sup>measured on {device}</sup>",
+                  "share of the call's median time (%)", "", log_x=False, log_y=False)
+    fig.update_layout(barmode="stack", height=140 + 55 * len(bars))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(range=[0, 100])
+    return fig
 
 
 # ---------------------------------------------------------- notebook 06: head to head

@@ -34,6 +34,7 @@ Arrays are tensors from :mod:`helpers.conv._arrays` (zero-copy views handed to t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -45,7 +46,8 @@ from .config import ConvConfig
 from .phases import phase
 
 __all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "forward_cpu", "backward_cpu", "forward_naive",
-           "forward_tiled", "backward_cuda", "tiled_supports"]
+           "forward_tiled", "backward_cuda", "tiled_supports", "window_reads", "TileTraffic",
+           "tile_traffic", "TILED_SHARED_BYTES"]
 
 TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
 MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared filter array holds
@@ -322,3 +324,127 @@ def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvC
         direct_dw_kernel[(total + threads - 1) // threads, threads](
             kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
     return dx, dw
+
+
+# ------------------------------------------ for teaching: one thread's window, a tile's traffic
+
+
+def window_reads(cfg: ConvConfig, n: int, k: int, p: int, q: int) -> list[tuple[int, ...]]:
+    """What the ``direct-naive`` thread computing ``y[n, k, p, q]`` reads, in its loop order.
+
+    The kernel's own loops (:func:`direct_naive_kernel`) written out in plain Python, so a
+    picture can show one thread's window: for each channel c and filter tap (r, s) whose input
+    position ``(p*stride_h + r - pad_h, q*stride_w + s - pad_w)`` lies inside the input, one
+    multiply-add of ``x[n, c, hi, wi]`` by ``w[k, c, r, s]``. Taps that fall on the zero
+    padding are skipped, as the kernel skips them.
+
+    Args:
+        cfg: the convolution (:func:`helpers.conv.config_for`); cuDNN symbols N, C, H, W, K, R,
+            S, P, Q.
+        n, k, p, q: the output element's batch index, filter, row and column (ints).
+
+    Returns:
+        A list of ``(c, hi, wi, r, s)`` int tuples: the input element ``x[n, c, hi, wi]`` and
+        the weight ``w[k, c, r, s]`` of each multiply-add, at most C*R*S of them.
+
+    Raises:
+        ValueError: an index outside ``y``'s shape (N, K, P, Q), naming it and its range.
+
+    Source: Li et al., ICPP 2016, Section II-C (direct convolution: a dot product of the filter
+    with each local patch).
+    """
+    for name, v, hi_ in (("n", n, cfg.n), ("k", k, cfg.k), ("p", p, cfg.p), ("q", q, cfg.q)):
+        if not 0 <= int(v) < hi_:
+            raise ValueError(f"{name} must be in 0..{hi_ - 1} for output shape {cfg.y_shape}, "
+                             f"got {v}")
+    reads = []
+    for c in range(cfg.c):
+        for r in range(cfg.r):
+            hi = p * cfg.stride_h + r - cfg.pad_h
+            if 0 <= hi < cfg.h:
+                for s in range(cfg.s):
+                    wi = q * cfg.stride_w + s - cfg.pad_w
+                    if 0 <= wi < cfg.w:
+                        reads.append((c, hi, wi, r, s))
+    return reads
+
+
+@dataclasses.dataclass(frozen=True)
+class TileTraffic:
+    """Global-memory traffic of one output tile, per input channel, naive vs tiled.
+
+    Counts for one interior block (a full ``tile x tile`` output tile, away from the edges)
+    and one input channel c; the whole layer repeats this N*K*C*(P/tile)*(Q/tile) times.
+    Elements are float32 (4 bytes). "Loads" are requests to global memory: on a real GPU the
+    L1/L2 caches serve part of the naive kernel's re-reads, so its DRAM traffic is lower than
+    its requests, but every request still costs a load instruction and cache bandwidth.
+
+    Attributes:
+        tile, r, s, stride: the tile edge (outputs per side), the filter's R and S, the stride.
+        macs: multiply-adds of the tile: tile**2 * R * S (FLOPs = 2 * macs).
+        naive_loads: elements the naive kernel loads: one x and one w per multiply-add,
+            2 * macs.
+        tiled_x_loads: input elements the tiled kernel copies into shared memory: the tile's
+            footprint with its halo, ((tile-1)*stride + R) * ((tile-1)*stride + S).
+        tiled_w_loads: filter elements it copies: R * S.
+        input_reuse: multiply-adds served by each input element copied into shared memory:
+            macs / tiled_x_loads (tends to R*S / stride**2 as the tile grows).
+        reads_per_input: the most threads of the naive kernel (one output plane y[n, k])
+            that read one interior input element: ceil(R/stride) * ceil(S/stride), exactly
+            R*S at stride 1 (each of the K output planes reads it again).
+        naive_intensity: FLOP per byte loaded from global memory, naive: 2 / 8 = 0.25.
+        tiled_intensity: FLOP per byte loaded from global memory, tiled:
+            2 * macs / (4 * (tiled_x_loads + tiled_w_loads)).
+    """
+
+    tile: int
+    r: int
+    s: int
+    stride: int
+    macs: int
+    naive_loads: int
+    tiled_x_loads: int
+    tiled_w_loads: int
+    input_reuse: float
+    reads_per_input: int
+    naive_intensity: float
+    tiled_intensity: float
+
+
+def tile_traffic(r: int, s: int, stride: int = 1, tile: int = TILE) -> TileTraffic:
+    """Global loads and arithmetic intensity of ``direct-naive`` vs ``direct-tiled``.
+
+    A deterministic count (no measurement): what one interior ``tile x tile`` block of
+    :func:`direct_tiled_kernel` loads from global memory per input channel, against what the
+    same outputs cost in :func:`direct_naive_kernel`. See :class:`TileTraffic` for each field.
+
+    Args:
+        r, s: filter height R and width S (>= 1).
+        stride: the same stride along both axes (>= 1).
+        tile: output tile edge (>= 1; our kernel uses :data:`TILE`).
+
+    Returns:
+        A :class:`TileTraffic` (counts in float32 elements, intensities in FLOP/byte).
+
+    Raises:
+        ValueError: any argument < 1, naming it.
+
+    Source: the study's Section II-C (direct convolution, cuda-convnet2) and its Table II /
+    Figure 6 (low global load efficiency); the tiling is the standard shared-memory idiom.
+    """
+    for name, v in (("r", r), ("s", s), ("stride", stride), ("tile", tile)):
+        if int(v) < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    macs = tile * tile * r * s
+    x_loads = ((tile - 1) * stride + r) * ((tile - 1) * stride + s)
+    return TileTraffic(
+        tile=tile, r=r, s=s, stride=stride, macs=macs, naive_loads=2 * macs,
+        tiled_x_loads=x_loads, tiled_w_loads=r * s, input_reuse=macs / x_loads,
+        reads_per_input=math.ceil(r / stride) * math.ceil(s / stride),
+        naive_intensity=2 * macs / (4 * 2 * macs),
+        tiled_intensity=2 * macs / (4 * (x_loads + r * s)))
+
+
+#: Shared memory one block of :func:`direct_tiled_kernel` declares, in bytes (float32 arrays
+#: of IN_TILE x IN_TILE and MAX_KERNEL x MAX_KERNEL).
+TILED_SHARED_BYTES = 4 * (IN_TILE * IN_TILE + MAX_KERNEL * MAX_KERNEL)

@@ -104,8 +104,8 @@ import torch.nn.functional as F
 from .config import ConvConfig
 from .phases import phase
 
-__all__ = ["STRIDE_NOTE", "fft_size", "next_fast_len", "forward", "backward", "workspace_bytes",
-           "flops", "supports"]
+__all__ = ["STRIDE_NOTE", "fft_size", "next_fast_len", "forward", "backward", "stages",
+           "workspace_bytes", "flops", "supports"]
 
 #: How this strategy handles stride > 1 (shown beside the results).
 STRIDE_NOTE = (
@@ -466,3 +466,56 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
         _, dw_rows, dx_rows = _reach(cfg.p, cfg.stride_h, cfg.r, cfg.pad_h, cfg.h)
         _, dw_cols, dx_cols = _reach(cfg.q, cfg.stride_w, cfg.s, cfg.pad_w, cfg.w)
     return _zero_unreached(dx, dx_rows, dx_cols), _zero_unreached(dw, dw_rows, dw_cols)
+
+
+def stages(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
+           fft_shape: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+    """The forward pass's intermediate results, one per step, for pictures and teaching.
+
+    Runs the steps of :func:`forward` with the same helpers (:func:`_input_spectrum`,
+    :func:`_filter_spectrum`, the per-frequency Cgemm, :func:`_inverse`) but keeps what each
+    step produced, in plane layout (the two frequency axes last) rather than frequency-major.
+    It holds every intermediate at once: for pictures of small layers, not for timing.
+
+    Args:
+        x: input (N, C, H, W), float32 tensor on any device.
+        w: filters (K, C, R, S), float32, on x's device.
+        cfg: the validated :class:`ConvConfig`.
+        fft_shape: as :func:`forward`.
+
+    Returns:
+        dict of tensors on x's device, with ``F = Hf x (Wf//2 + 1)`` the half spectrum that
+        ``rfft2`` keeps (rows: frequencies 0..Hf-1 along the height, in FFT order; columns:
+        0..Wf//2 along the width):
+
+        * ``"x_spectrum"``: (N, C, Hf, Wf//2+1) complex64, rfft2 of the zero-padded input;
+        * ``"w_spectrum"``: (K, C, Hf, Wf//2+1) complex64, rfft2 of each filter zero-padded to
+          Hf x Wf (the pruned transform), not conjugated;
+        * ``"product"``: (N, K, Hf, Wf//2+1) complex64, ``sum_c X[n, c] * conj(W[k, c])``, the
+          Cgemm's result;
+        * ``"circular"``: (N, K, Hf, Wf) float32, its inverse transform: the circular
+          cross-correlation before the crop (rows and columns past the valid ones hold
+          wrap-around);
+        * ``"y"``: (N, K, P, Q) float32, ``forward(x, w, cfg, fft_shape)``.
+
+    Raises:
+        ValueError: as :func:`forward`.
+
+    Source: study Section II-C (the steps of FFT convolution) and Figure 4.
+    """
+    _check("x", x, cfg.x_shape)
+    _check("w", w, cfg.w_shape, x.device)
+    hf, wf = _resolve_size(cfg, fft_shape)
+    wfh = wf // 2 + 1
+    with torch.no_grad():
+        xs = _input_spectrum(x, cfg, hf, wf)                         # (F, N, C)
+        ws = _filter_spectrum(w, cfg, hf, wf)                        # (F, K, C)
+        ys = torch.bmm(xs, ws.conj().resolve_conj().transpose(1, 2))   # (F, N, K)
+        circular = _inverse(ys, cfg.n, cfg.k, hf, wf)                # (N, K, Hf, Wf)
+        return {
+            "x_spectrum": xs.permute(1, 2, 0).reshape(cfg.n, cfg.c, hf, wfh).contiguous(),
+            "w_spectrum": ws.permute(1, 2, 0).reshape(cfg.k, cfg.c, hf, wfh).contiguous(),
+            "product": ys.permute(1, 2, 0).reshape(cfg.n, cfg.k, hf, wfh).contiguous(),
+            "circular": circular.contiguous(),
+            "y": forward(x, w, cfg, fft_shape),
+        }

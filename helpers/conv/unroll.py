@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from numba import cuda
 
@@ -39,7 +40,7 @@ from .phases import phase
 from .config import ConvConfig
 
 __all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
-           "forward", "backward", "workspace_bytes"]
+           "im2col_sources", "forward", "backward", "workspace_bytes"]
 
 
 # ------------------------------------------------------------------------------ CUDA kernels
@@ -142,6 +143,45 @@ def col2im_cpu(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
         for s in range(cfg.s):
             dxp[:, :, r:r + rows_end:cfg.stride_h, s:s + cols_end:cfg.stride_w] += d[:, :, r, s]
     return dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
+
+
+#: The largest cols matrix :func:`im2col_sources` builds (entries): it is meant for pictures.
+SOURCES_MAX_ENTRIES = 10_000_000
+
+
+def im2col_sources(cfg: ConvConfig) -> np.ndarray:
+    """Where each entry of the im2col matrix comes from: the picture behind unrolling.
+
+    Runs :func:`im2col_cpu` on the input's own flat indices instead of its values, so the
+    result has exactly the layout of ``cols`` and says, for every entry, which input element
+    im2col copied into it.
+
+    Args:
+        cfg: the convolution (:func:`helpers.conv.config_for`); cuDNN symbols N, C, H, W, K, R,
+            S, P, Q.
+
+    Returns:
+        int64 NumPy array of shape (C*R*S, N*P*Q): entry ``[row, col]`` is the flat index
+        ``((n*C + c)*H + h)*W + w`` into x (row-major NCHW) of the element that
+        ``cols[row, col]`` copies, or -1 where the window lies in the zero padding. Row
+        ``(c*R + r)*S + s``, column ``(n*P + p)*Q + q``, as in :func:`im2col_kernel`. So
+        ``cols == np.where(src >= 0, x.ravel()[src], 0)``, and
+        ``np.bincount(src[src >= 0], minlength=x.size)`` counts how many entries copy each
+        input element (at most R*S: the duplication that makes the buffer large).
+
+    Raises:
+        ValueError: the matrix would have more than :data:`SOURCES_MAX_ENTRIES` entries.
+
+    Source: Li et al., ICPP 2016, Section II-C (unrolling needs a k*k-times larger buffer).
+    """
+    entries = cfg.c * cfg.r * cfg.s * cfg.n * cfg.p * cfg.q
+    if entries > SOURCES_MAX_ENTRIES:
+        raise ValueError(f"the im2col matrix of this layer has {entries:,} entries; "
+                         f"im2col_sources is for pictures: at most {SOURCES_MAX_ENTRIES:,}")
+    numel = cfg.n * cfg.c * cfg.h * cfg.w
+    # float64 holds every index exactly; +1 so that the padding's zeros become -1 below
+    idx = torch.arange(1, numel + 1, dtype=torch.float64).reshape(cfg.x_shape)
+    return (im2col_cpu(idx, cfg).to(torch.int64) - 1).numpy()
 
 
 # ------------------------------------------------------------------------ forward / backward
