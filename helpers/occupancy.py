@@ -1,0 +1,210 @@
+"""The CUDA occupancy calculation: how many warps an SM can keep resident, and what limits it.
+
+An SM holds the registers and shared memory of every block resident on it. A kernel's
+resources per block (threads, registers per thread, shared memory per block) therefore decide
+how many blocks fit at once, and the *theoretical occupancy* is the resident warps over the
+SM's maximum. Four limits apply, and the smallest wins:
+
+1. **blocks**: at most ``max_blocks`` resident blocks per SM;
+2. **warps** (threads): at most ``max_warps`` resident warps, a block of T threads taking
+   ``ceil(T / 32)`` warps;
+3. **registers**: each warp's registers are allocated in units of ``reg_alloc_unit``
+   (``ceil(regs * 32 / 256) * 256``), from a register file of ``regs_per_sm``;
+4. **shared memory**: each block's shared memory (plus a per-block reservation on compute
+   capability 8.0 and later) is allocated in units of ``smem_alloc_unit``, from
+   ``smem_per_sm`` bytes.
+
+The study's example (Section IV-C, Table II): cuda-convnet2's kernel uses 116 registers per
+thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers, and
+the SM's 65,536 registers hold ``floor(65536 / 3840) = 17`` such warps: 17 active warps of 64,
+a theoretical occupancy of 26.6 % at best, which is why its measured occupancy was 14-22 %.
+
+Limits per compute capability are those of NVIDIA's CUDA Occupancy Calculator and the CUDA C
+Programming Guide's table of technical specifications (per SM; the largest shared-memory
+carve-out). Units: registers are 32-bit registers, shared memory is bytes.
+
+Source: Li et al., ICPP 2016, Section IV-C, Figure 6 and Table II; NVIDIA CUDA C Programming
+Guide, "Compute Capabilities" (technical specifications) and the CUDA Occupancy Calculator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["SmLimits", "SM_LIMITS", "GPU_ARCH", "Occupancy", "occupancy", "limits_for",
+           "warps_limited_by_registers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SmLimits:
+    """Per-SM resource limits of one compute capability.
+
+    Attributes:
+        cc: compute capability, e.g. ``"3.5"``. arch: architecture name.
+        max_warps: resident warps per SM. max_blocks: resident blocks per SM.
+        max_threads_per_block: largest block.
+        regs_per_sm: 32-bit registers per SM. max_regs_per_block: per block.
+        max_regs_per_thread: per thread. reg_alloc_unit: registers are allocated per warp in
+            units of this many.
+        smem_per_sm: bytes of shared memory per SM (largest carve-out).
+        max_smem_per_block: bytes one block may use. smem_alloc_unit: allocation unit in bytes.
+        smem_reserved_per_block: bytes the system reserves per block (1 KB from CC 8.0).
+    """
+
+    cc: str
+    arch: str
+    max_warps: int
+    max_blocks: int
+    max_threads_per_block: int
+    regs_per_sm: int
+    max_regs_per_block: int
+    max_regs_per_thread: int
+    reg_alloc_unit: int
+    smem_per_sm: int
+    max_smem_per_block: int
+    smem_alloc_unit: int
+    smem_reserved_per_block: int = 0
+
+
+_KB = 1024
+
+#: Limits by compute capability (the GPUs of :data:`helpers.backend.KNOWN_GPUS`).
+SM_LIMITS: dict[str, SmLimits] = {
+    "3.5": SmLimits("3.5", "Kepler", 64, 16, 1024, 65536, 65536, 255, 256, 48 * _KB, 48 * _KB,
+                    256),
+    "7.0": SmLimits("7.0", "Volta", 64, 32, 1024, 65536, 65536, 255, 256, 96 * _KB, 96 * _KB,
+                    256),
+    "7.5": SmLimits("7.5", "Turing", 32, 16, 1024, 65536, 65536, 255, 256, 64 * _KB, 64 * _KB,
+                    256),
+    "8.0": SmLimits("8.0", "Ampere", 64, 32, 1024, 65536, 65536, 255, 256, 164 * _KB,
+                    163 * _KB, 128, 1 * _KB),
+    "8.9": SmLimits("8.9", "Ada", 48, 24, 1024, 65536, 65536, 255, 256, 100 * _KB, 99 * _KB,
+                    128, 1 * _KB),
+    "9.0": SmLimits("9.0", "Hopper", 64, 32, 1024, 65536, 65536, 255, 256, 228 * _KB,
+                    227 * _KB, 128, 1 * _KB),
+}
+
+#: The GPUs the workbook names, by their compute capability.
+GPU_ARCH: dict[str, str] = {"K40c": "3.5", "V100": "7.0", "T4": "7.5", "A100": "8.0",
+                            "L4": "8.9", "H100": "9.0", "H200": "9.0"}
+
+
+def limits_for(gpu: str) -> SmLimits:
+    """The :class:`SmLimits` of a GPU name from :data:`GPU_ARCH` or a compute capability.
+
+    Raises:
+        ValueError: neither a known name nor a known compute capability.
+    """
+    cc = GPU_ARCH.get(gpu, gpu)
+    if cc not in SM_LIMITS:
+        raise ValueError(f"gpu must be one of {sorted(GPU_ARCH)} or a compute capability in "
+                         f"{sorted(SM_LIMITS)}, got {gpu!r}")
+    return SM_LIMITS[cc]
+
+
+@dataclasses.dataclass(frozen=True)
+class Occupancy:
+    """Result of :func:`occupancy`.
+
+    Attributes:
+        gpu: the GPU or compute capability asked for. limits: its :class:`SmLimits`.
+        threads_per_block, regs_per_thread, smem_per_block: the inputs.
+        warps_per_block: ceil(threads / 32).
+        blocks_by: resident blocks each resource allows, keyed ``"blocks"``, ``"warps"``,
+            ``"registers"``, ``"shared memory"``.
+        active_blocks: the smallest of them. active_warps: active_blocks * warps_per_block.
+        occupancy: active_warps / max_warps (0..1).
+        limiter: the resource(s) that set active_blocks, joined by " and " (shared memory
+            only if the kernel uses some).
+    """
+
+    gpu: str
+    limits: SmLimits
+    threads_per_block: int
+    regs_per_thread: int
+    smem_per_block: int
+    warps_per_block: int
+    blocks_by: dict[str, int]
+    active_blocks: int
+    active_warps: int
+    occupancy: float
+    limiter: str
+
+    def __str__(self) -> str:
+        return (f"{self.gpu}: {self.active_blocks} blocks x {self.warps_per_block} warps = "
+                f"{self.active_warps} of {self.limits.max_warps} warps "
+                f"({self.occupancy:.1%}), limited by {self.limiter}")
+
+
+def _round_up(value: int, unit: int) -> int:
+    return math.ceil(value / unit) * unit
+
+
+def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
+    """Warps per SM that the register file alone allows: ``floor(regs_per_sm / (ceil(regs *
+    32 / unit) * unit))``, capped at the SM's maximum warps. The study's 116 registers on the
+    K40c give 17.
+
+    Raises:
+        ValueError: unknown GPU, or registers outside 1..max_regs_per_thread.
+    """
+    lim = limits_for(gpu)
+    if not 1 <= regs_per_thread <= lim.max_regs_per_thread:
+        raise ValueError(f"regs_per_thread must be in 1..{lim.max_regs_per_thread}, "
+                         f"got {regs_per_thread}")
+    per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
+    return min(lim.regs_per_sm // per_warp, lim.max_warps)
+
+
+def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
+              smem_per_block: int = 0) -> Occupancy:
+    """Theoretical occupancy of a kernel launch on one SM, and the resource that limits it.
+
+    Args:
+        gpu: a name from :data:`GPU_ARCH` (``"K40c"``, ``"H100"``...) or a compute capability.
+        threads_per_block: 1..max_threads_per_block.
+        regs_per_thread: 32-bit registers per thread, 1..max_regs_per_thread (the compiler's
+            report; Numba: ``kernel.get_regs_per_thread()`` on a GPU).
+        smem_per_block: bytes of static plus dynamic shared memory per block, >= 0.
+
+    Returns:
+        An :class:`Occupancy`. A block that exceeds a per-block limit (registers or shared
+        memory per block) gets 0 active blocks, limited by that resource: such a launch fails.
+
+    Raises:
+        ValueError: unknown GPU, or an argument outside its range (the message names it).
+
+    Source: the CUDA Occupancy Calculator's method; study Section IV-C (achieved occupancy
+    under 30 %, Figure 6) and Table II (registers and shared memory per kernel).
+    """
+    lim = limits_for(gpu)
+    if not 1 <= threads_per_block <= lim.max_threads_per_block:
+        raise ValueError(f"threads_per_block must be in 1..{lim.max_threads_per_block}, "
+                         f"got {threads_per_block}")
+    if not 1 <= regs_per_thread <= lim.max_regs_per_thread:
+        raise ValueError(f"regs_per_thread must be in 1..{lim.max_regs_per_thread}, "
+                         f"got {regs_per_thread}")
+    if smem_per_block < 0:
+        raise ValueError(f"smem_per_block must be >= 0 bytes, got {smem_per_block}")
+    warps = math.ceil(threads_per_block / 32)
+    regs_per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
+    if regs_per_warp * warps > lim.max_regs_per_block:
+        by_regs = 0
+    else:
+        by_regs = (lim.regs_per_sm // regs_per_warp) // warps
+    if smem_per_block > lim.max_smem_per_block:
+        by_smem = 0
+    elif smem_per_block == 0:
+        by_smem = lim.max_blocks
+    else:
+        unit = _round_up(smem_per_block + lim.smem_reserved_per_block, lim.smem_alloc_unit)
+        by_smem = lim.smem_per_sm // unit
+    blocks_by = {"blocks": lim.max_blocks, "warps": lim.max_warps // warps,
+                 "registers": by_regs, "shared memory": by_smem}
+    active = min(blocks_by.values())
+    # a kernel without shared memory is never limited by it, even where its count ties
+    limiter = " and ".join(k for k, v in blocks_by.items()
+                           if v == active and not (k == "shared memory" and smem_per_block == 0))
+    return Occupancy(gpu, lim, threads_per_block, regs_per_thread, smem_per_block, warps,
+                     blocks_by, active, active * warps, active * warps / lim.max_warps, limiter)
