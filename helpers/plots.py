@@ -1078,3 +1078,12 @@ def findings_table(rows: Sequence[dict], device: str) -> str:
         f"<td>{_html.escape(r['here'])}</td><td><b>{mark[r['agrees']]}</b></td></tr>" for r in rows)
     return ("<table><tr><th>finding</th><th>the study (K40c, 2016)</th>"
             f"<th>here ({_html.escape(device)})</th><th></th></tr>{body}</table>")
+
+
+# ---------------------------------------------------------- notebook 02: hotspot layers
+
+
+# ------------------------------------------------------- notebook 07: inside the GPU
+
+
+# ------------------------------------------------------- notebook 08: data transfers
