@@ -8,6 +8,8 @@
   the process's resident set (RSS) is used. On Linux the kernel keeps that peak exactly
   (``VmHWM``) and lets a process reset it (``/proc/self/clear_refs``); elsewhere RSS is sampled
   by a thread during the call, which can miss a peak shorter than the sampling interval.
+  Before the call, memory the C allocator holds unused is handed back to the OS (glibc's
+  ``malloc_trim``), so memory the call reuses from earlier calls is counted as growth too.
 
 The strategies' *analytic* workspace (e.g. the im2col buffer) is computed separately, so a
 learner can compare the two.
@@ -128,10 +130,27 @@ class _Sampler(threading.Thread):
         return self.peak
 
 
+def _release_free_heap() -> bool:
+    """Hand memory the C allocator holds but does not use back to the OS (glibc's
+    ``malloc_trim``); True if it ran. Without it, a call that reuses blocks freed by an earlier
+    call (its own warm-up, say) adds nothing to the resident set, and its peak reads as 0."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
     import psutil
 
     proc = psutil.Process()
+    trimmed = _release_free_heap()
     if _reset_hwm():
         baseline = _read_status_kib("VmRSS") * 1024
         value = fn(*args, **kwargs)
@@ -146,6 +165,8 @@ def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
         finally:
             peak = sampler.stop()
         method = f"process RSS sampled every {interval_s * 1e3:g} ms"
+    if trimmed:
+        method += ", free heap released first (malloc_trim)"
     return MemoryResult(max(0, peak - baseline), baseline, method, label, value)
 
 

@@ -293,9 +293,9 @@ def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: 
         dict with ``strategy, device, flops`` (forward, or forward + backward),
         ``workspace_bytes`` (analytic; None if unknown), ``output_bytes`` (y, or dx + dw),
         ``peak_bytes`` (measured above the baseline) and ``method`` (how it was measured).
-        On the CPU the peak is the growth of the process's resident memory: a call that reuses
-        memory the allocator already holds shows less than it allocates, so read it beside the
-        analytic workspace.
+        On the CPU the peak is the growth of the process's resident memory (unused allocator
+        memory is handed back to the system first, :mod:`helpers.memory`); it includes the
+        outputs and short-lived copies, so read it beside the analytic workspace.
 
     Raises:
         ValueError: as :func:`conv2d`.
