@@ -1087,3 +1087,6 @@ def findings_table(rows: Sequence[dict], device: str) -> str:
 
 
 # ------------------------------------------------------- notebook 08: data transfers
+
+
+# ------------------------------------------------- notebook 09: training throughput
