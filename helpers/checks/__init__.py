@@ -1,0 +1,166 @@
+"""Lab checkers: run a learner's function on many cases and say exactly what is wrong.
+
+Every checker in the ``helpers.checks.labN`` modules is built on :func:`check_cases`: it calls
+the learner's function on random cases (odd sizes, batch 1, stride > 1, sizes that are not tile
+multiples), compares with a reference computed independently (NumPy in float64, or torch), and
+returns a :class:`Report`:
+
+* ``passed``: every case matched within tolerance;
+* otherwise the **first failing case**: its description (shapes, stride, padding...), the
+  maximum error and where it is, and the expected vs actual value at that element; an output
+  of the wrong shape or type, or with elements never written (NaN), is named as such;
+* a stub that raises ``NotImplementedError`` reports "not implemented yet" (not a traceback);
+  any other exception in the learner's code is reported readably with its last line.
+
+A checker never passes a stub, a function that returns zeros or its input, or one that is right
+only on sizes that are multiples of a tile: the cases are random non-zero data with awkward
+sizes, and every case's reference is checked to differ from those wrong answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Report", "Case", "check_cases", "compare", "random_array"]
+
+
+@dataclasses.dataclass
+class Report:
+    """The outcome of one check.
+
+    Attributes:
+        name: what was checked (e.g. ``"Lab 2: tiled GEMM"``).
+        passed: True if every case matched.
+        message: one paragraph a learner can act on.
+        cases_run: cases tried before the verdict.
+        status: ``"passed"``, ``"failed"``, ``"not implemented"`` or ``"error"``.
+    """
+
+    name: str
+    passed: bool
+    message: str
+    cases_run: int = 0
+    status: str = "failed"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        mark = {"passed": "PASSED", "not implemented": "NOT IMPLEMENTED YET"}.get(self.status,
+                                                                                  "FAILED")
+        return f"{self.name}: {mark}. {self.message}"
+
+    def _repr_html_(self) -> str:
+        colour = {"passed": "#009E73", "not implemented": "#666666"}.get(self.status, "#D55E00")
+        mark = {"passed": "passed", "not implemented": "not implemented yet"}.get(self.status,
+                                                                                  "failed")
+        return (f"<div style='border-left:4px solid {colour};padding:0.4em 0.8em'>"
+                f"<b>{html.escape(self.name)}: {mark}</b><br>"
+                f"{html.escape(self.message).replace(chr(10), '<br>')}</div>")
+
+
+@dataclasses.dataclass
+class Case:
+    """One call: positional ``args`` for the learner's function, the ``expected`` result, a
+    human ``description`` (shapes, stride...), and the tolerance (relative to the largest
+    expected magnitude)."""
+
+    args: tuple
+    expected: Any
+    description: str
+    rtol: float = 1e-4
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+
+def _as_array(value) -> np.ndarray | None:
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    if hasattr(value, "copy_to_host"):  # a Numba device array
+        return value.copy_to_host()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple, int, float, np.floating)):
+        return np.asarray(value)
+    return None
+
+
+def compare(actual, expected, rtol: float = 1e-4) -> str | None:
+    """None if ``actual`` matches ``expected`` within ``rtol`` (relative to max|expected|, at
+    least 1e-6), else a sentence saying what differs: type, shape, unwritten (NaN) elements, or
+    the largest error with its index and both values."""
+    got = _as_array(actual)
+    exp = np.asarray(expected, dtype=np.float64)
+    if got is None:
+        return (f"your function returned {type(actual).__name__}, expected an array of shape "
+                f"{exp.shape}")
+    if got.shape != exp.shape:
+        return f"your result has shape {got.shape}, expected {exp.shape}"
+    got = got.astype(np.float64)
+    bad = ~np.isfinite(got)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        return (f"{int(bad.sum())} of {got.size} elements are NaN or infinite, first at index "
+                f"{idx}: were they ever written (or did you divide by zero)?")
+    err = np.abs(got - exp)
+    scale = max(float(np.abs(exp).max()) if exp.size else 0.0, 1e-6)
+    if err.size and err.max() > rtol * scale:
+        idx = tuple(int(i) for i in np.unravel_index(int(err.argmax()), err.shape))
+        n_bad = int((err > rtol * scale).sum())
+        return (f"max error {err.max():.3g} (relative {err.max() / scale:.2g}, allowed "
+                f"{rtol:g}) at index {idx}: expected {exp[idx]:.6g}, got {got[idx]:.6g}; "
+                f"{n_bad} of {err.size} elements are off")
+    return None
+
+
+def check_cases(name: str, fn: Callable, cases: Iterable[Case],
+                hint: str | None = None) -> Report:
+    """Run ``fn`` on every case and report the first failure (see the module docstring).
+
+    Args:
+        name: the check's title. fn: the learner's function. cases: :class:`Case` objects.
+        hint: a sentence added to a failure's message (a common cause).
+
+    Returns:
+        A :class:`Report`; never raises for anything the learner's code does.
+    """
+    if not callable(fn):
+        return Report(name, False, f"expected a function, got {type(fn).__name__}", 0, "error")
+    n = 0
+    for case in cases:
+        n += 1
+        try:
+            actual = fn(*case.args, **case.kwargs)
+        except NotImplementedError:
+            return Report(name, False, "Replace the `raise NotImplementedError` in the TODO "
+                          "cell with your code, run that cell, then run this check again.", n - 1,
+                          "not implemented")
+        except Exception as exc:  # noqa: BLE001 - the learner's code, reported readably
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return Report(name, False, f"on {case.description}: your code raised "
+                          f"{type(exc).__name__}: {exc} (line {where.lineno}: "
+                          f"{(where.line or '').strip()})", n, "error")
+        problem = compare(actual, case.expected, case.rtol)
+        if problem:
+            message = f"on {case.description}: {problem}."
+            if hint:
+                message += f"\nHint: {hint}"
+            return Report(name, False, message, n, "failed")
+    if n == 0:
+        return Report(name, False, "no cases were run", 0, "error")
+    return Report(name, True, f"all {n} cases match the reference.", n, "passed")
+
+
+def random_array(rng: np.random.Generator, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    """Standard-normal data of ``shape`` (never zeros, so unwritten or zeroed outputs show)."""
+    return rng.standard_normal(tuple(shape)).astype(dtype)
