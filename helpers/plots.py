@@ -1086,7 +1086,463 @@ def findings_table(rows: Sequence[dict], device: str) -> str:
 # ------------------------------------------------------- notebook 07: inside the GPU
 
 
+def _num07(v):
+    """None for a missing value (None or "" from a CSV), else a float."""
+    return None if v in (None, "") else float(v)
+
+
+#: Colours of the study's strategy families in notebook 07 (its Table II).
+_FAMILY_COLOR = {"unrolling": "im2col-gemm", "direct": "direct-naive", "FFT": "fft"}
+
+
+def table2_figure(study_rows: Sequence[dict], our_rows: Sequence[dict] = (), device: str = "",
+                  note: str = "") -> go.Figure:
+    """The study's Table II beside our kernels: registers per thread and shared memory per
+    block (KB), one bar per kernel, in two panels.
+
+    Args:
+        study_rows: :data:`helpers.gpu_experiments.STUDY_TABLE_II` (``implementation``,
+            ``strategy``, ``regs_per_thread``, ``smem_kb``): the study's K40c figures.
+        our_rows: rows of :func:`helpers.gpu_experiments.kernel_resources` (``kernel``,
+            ``family``, ``regs_per_thread``, ``smem_per_block`` in bytes), live or recorded;
+            empty: only the study's bars and ``note`` in the title.
+        device: the GPU our rows were compiled for (shown in the legend).
+
+    Source: study Table II (K40c, CUDA 7.5).
+    """
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("registers per thread", "shared memory per block (KB)"))
+    names = [r["implementation"] for r in study_rows]
+    colors = [color_for(_FAMILY_COLOR.get(r["strategy"], "")) for r in study_rows]
+    for col, key in ((1, "regs_per_thread"), (2, "smem_kb")):
+        fig.add_trace(go.Bar(
+            x=names, y=[r[key] for r in study_rows], marker_color=colors, opacity=0.55,
+            name="the study's libraries (K40c, CUDA 7.5, as reported)", legendgroup="study",
+            showlegend=col == 1, marker_pattern_shape="/",
+            hovertemplate="%{x}: %{y} (reported by the study)<extra></extra>"), row=1, col=col)
+    if our_rows:
+        ours = [r["kernel"].replace("_kernel", "") for r in our_rows]
+        ocolors = [color_for(r.get("family", "")) for r in our_rows]
+        fig.add_trace(go.Bar(
+            x=ours, y=[r["regs_per_thread"] for r in our_rows], marker_color=ocolors,
+            name=f"our kernels ({device})", legendgroup="ours",
+            hovertemplate="%{x}: %{y} registers per thread<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Bar(
+            x=ours, y=[r["smem_per_block"] / 1024 for r in our_rows], marker_color=ocolors,
+            name=f"our kernels ({device})", legendgroup="ours", showlegend=False,
+            hovertemplate="%{x}: %{y:.2f} KB per block<extra></extra>"), row=1, col=2)
+    sub = note or (f"ours: compiled for {device}" if our_rows else "")
+    fig.update_layout(title=f"Registers and shared memory per kernel (the study's Table II)"
+                            f"<br><sup>{sub}</sup>", template="plotly_white", height=470,
+                      legend=dict(orientation="h", y=-0.45), margin=dict(l=60, r=20, t=80, b=40))
+    fig.update_xaxes(tickangle=-45)
+    fig.update_yaxes(title_text="registers per thread", row=1, col=1)
+    fig.update_yaxes(title_text="KB per block", row=1, col=2)
+    return fig
+
+
+def occupancy_curve_figure(gpu: str, threads_per_block: int, regs_per_thread: int,
+                           smem_per_block: int = 0, vary: str = "registers") -> go.Figure:
+    """Theoretical occupancy as registers per thread (or threads per block) vary, the others
+    fixed, with the given configuration marked.
+
+    Args:
+        gpu: a name of :data:`helpers.occupancy.GPU_ARCH` or a compute capability.
+        threads_per_block, regs_per_thread, smem_per_block: the configuration (bytes for
+            shared memory), as :func:`helpers.occupancy.occupancy` takes them.
+        vary: ``"registers"`` (x = 1..255 registers per thread) or ``"threads"`` (x = 32..1024
+            threads per block, in warps).
+
+    Raises:
+        ValueError: an unknown GPU or ``vary``, or a configuration outside the ranges of
+            :func:`helpers.occupancy.occupancy`.
+
+    Source: the CUDA Occupancy Calculator's charts; study Figure 6 and Section IV-C.
+    """
+    from . import occupancy as occ_mod
+
+    if vary not in ("registers", "threads"):
+        raise ValueError(f"vary must be 'registers' or 'threads', got {vary!r}")
+    current = occ_mod.occupancy(gpu, threads_per_block, regs_per_thread, smem_per_block)
+    lim = current.limits
+    if vary == "registers":
+        xs = list(range(1, lim.max_regs_per_thread + 1))
+        calc = [occ_mod.occupancy(gpu, threads_per_block, r, smem_per_block) for r in xs]
+        x_now, x_title = regs_per_thread, "registers per thread"
+        fixed = f"{threads_per_block} threads per block, {smem_per_block:,} B shared per block"
+    else:
+        xs = list(range(32, lim.max_threads_per_block + 1, 32))
+        calc = [occ_mod.occupancy(gpu, t, regs_per_thread, smem_per_block) for t in xs]
+        x_now, x_title = threads_per_block, "threads per block"
+        fixed = f"{regs_per_thread} registers per thread, {smem_per_block:,} B shared per block"
+    fig = go.Figure(go.Scatter(
+        x=xs, y=[100 * c.occupancy for c in calc], mode="lines", line_shape="hv",
+        name="theoretical occupancy", line=dict(color=COLORS["torch"], width=2),
+        customdata=[[c.active_warps, c.limiter] for c in calc],
+        hovertemplate=(f"{x_title} %{{x}}: %{{y:.1f}} %% (%{{customdata[0]}} warps), "
+                       "limited by %{customdata[1]}<extra></extra>")))
+    fig.add_trace(go.Scatter(
+        x=[x_now], y=[100 * current.occupancy], mode="markers+text",
+        marker=dict(size=13, color=COLORS["direct-naive"], symbol="circle"),
+        text=[f"{current.active_warps} of {lim.max_warps} warps"], textposition="top right",
+        name="this configuration",
+        hovertemplate=f"{current}<extra></extra>"))
+    fig.update_layout(title=f"Occupancy on {gpu} (compute capability {lim.cc}, {lim.arch})"
+                            f"<br><sup>{fixed}; calculated, not measured</sup>",
+                      template="plotly_white", height=400, margin=dict(l=70, r=20, t=80, b=60),
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text="occupancy (% of the SM's warps)", range=[0, 105])
+    return fig
+
+
+def coalescing_figure(explanation) -> go.Figure:
+    """Which 32-byte sectors the first warp's 32 loads touch, one row per stride.
+
+    Args:
+        explanation: a :class:`helpers.gpu_experiments.CoalescingExplanation` (addresses
+            recorded by the kernel itself).
+
+    Source: study Figure 6 (global load efficiency); CUDA C Best Practices Guide.
+    """
+    from .gpu_experiments import SECTOR_BYTES, WARP
+
+    strides = list(explanation.strides)
+    width = max(int(explanation.addresses[s][:WARP].max()) * 4 // SECTOR_BYTES + 1
+                for s in strides)
+    z = np.full((len(strides), width), np.nan)
+    for j, s in enumerate(strides):
+        sectors = explanation.addresses[s][:WARP] * 4 // SECTOR_BYTES
+        counts = np.bincount(sectors, minlength=width)
+        z[j, counts > 0] = counts[counts > 0]
+    labels = [f"stride {r['stride']}: {r['sectors']} sectors, {r['load_efficiency_pct']:.1f} %"
+              for r in explanation.rows]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(width)), y=labels, colorscale="Blues", zmin=0, zmax=8, xgap=1, ygap=3,
+        colorbar=dict(title="lanes in<br>the sector"),
+        hovertemplate="%{y}<br>sector %{x} (bytes %{x}*32..): %{z} lanes<extra></extra>"))
+    fig.update_layout(
+        title=(f"One warp's 32 float32 loads: the 32-byte sectors they touch<br><sup>addresses "
+               f"recorded by the kernel on {explanation.device}; load efficiency = 128 bytes "
+               f"asked / bytes moved</sup>"),
+        template="plotly_white", height=170 + 45 * len(strides), plot_bgcolor="#f4f4f4",
+        margin=dict(l=250, r=20, t=80, b=60))
+    fig.update_xaxes(title_text="32-byte sector of the source array (from its start)")
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def banks_figure(explanation, access: str = "read") -> go.Figure:
+    """The bank each lane of one warp hits in the transpose's shared tile, for the tile of 32
+    columns and of 33 (padded): one cell per (lane, bank) the lane uses.
+
+    Args:
+        explanation: a :class:`helpers.gpu_experiments.BankExplanation`.
+        access: ``"read"`` (a column of the tile) or ``"write"`` (a row).
+
+    Raises:
+        ValueError: unknown access.
+
+    Source: CUDA C Best Practices Guide, "Shared memory and memory banks".
+    """
+    from plotly.subplots import make_subplots
+
+    from .gpu_experiments import BANKS, WARP, conflict_degree
+
+    if access not in ("read", "write"):
+        raise ValueError(f"access must be 'read' or 'write', got {access!r}")
+    pitches = sorted(explanation.words)
+    titles = []
+    for p in pitches:
+        words = explanation.warp_words(p, access)
+        titles.append(f"tile of 32 x {p}: {len(np.unique(words % BANKS))} banks, "
+                      f"{conflict_degree(words)}-way")
+    fig = make_subplots(rows=1, cols=len(pitches), subplot_titles=titles,
+                        horizontal_spacing=0.08)
+    for j, p in enumerate(pitches):
+        words = explanation.warp_words(p, access)
+        z = np.full((WARP, BANKS), np.nan)
+        text = np.full((WARP, BANKS), "", dtype=object)
+        for lane, word in enumerate(words):
+            if word >= 0:
+                z[lane, word % BANKS] = 1
+                text[lane, word % BANKS] = f"word {word}"
+        fig.add_trace(go.Heatmap(
+            z=z, text=text, colorscale=[[0, COLORS["direct-naive"]], [1, COLORS["direct-naive"]]],
+            showscale=False, xgap=1, ygap=1,
+            hovertemplate="lane %{y} -> bank %{x} (%{text})<extra></extra>"), row=1, col=j + 1)
+        fig.update_xaxes(title_text="bank (word % 32)", range=[-0.5, BANKS - 0.5], row=1,
+                         col=j + 1)
+        fig.update_yaxes(title_text="lane of warp 0" if j == 0 else None, autorange="reversed",
+                         row=1, col=j + 1)
+    what = "reads a column" if access == "read" else "writes a row"
+    fig.update_layout(title=(f"Shared-memory banks: warp 0 {what} of the transpose tile"
+                             f"<br><sup>words recorded by the kernel on {explanation.device}"
+                             f"</sup>"),
+                      template="plotly_white", height=470, plot_bgcolor="#f4f4f4",
+                      margin=dict(l=70, r=20, t=90, b=60))
+    return fig
+
+
+def divergence_figure(explanation) -> go.Figure:
+    """The path every thread took in :func:`helpers.gpu_experiments.branch_kernel`: one row
+    per warp, one cell per lane, for the branch on thread parity and on the warp index.
+
+    Args:
+        explanation: a :class:`helpers.gpu_experiments.DivergenceExplanation`.
+    """
+    from plotly.subplots import make_subplots
+
+    from .gpu_experiments import WARP
+
+    variants = list(explanation.paths)
+    titles = [f"branch on {r['branch_on']}: {r['efficiency_pct']:.0f} % efficiency"
+              for r in explanation.rows]
+    fig = make_subplots(rows=1, cols=len(variants), subplot_titles=titles,
+                        horizontal_spacing=0.08)
+    colorscale = [[0, COLORS["im2col-gemm"]], [0.5, COLORS["im2col-gemm"]],
+                  [0.5, COLORS["numpy"]], [1, COLORS["numpy"]]]
+    for j, v in enumerate(variants):
+        p = explanation.paths[v].astype(float)
+        p = np.concatenate([p, np.full((-len(p)) % WARP, np.nan)]).reshape(-1, WARP)
+        p[p < 0] = np.nan
+        fig.add_trace(go.Heatmap(
+            z=p, colorscale=colorscale, zmin=0, zmax=1, showscale=False, xgap=1, ygap=2,
+            hovertemplate="warp %{y}, lane %{x}: path %{z}<extra></extra>"), row=1, col=j + 1)
+        fig.update_xaxes(title_text="lane", row=1, col=j + 1)
+        fig.update_yaxes(title_text="warp" if j == 0 else None, autorange="reversed",
+                         dtick=1, row=1, col=j + 1)
+    fig.update_layout(
+        title=(f"Which path each thread took (blue: multiply-adds, orange: square roots)"
+               f"<br><sup>{explanation.n} threads, {explanation.threads_per_block} a block; "
+               f"paths recorded by the kernel on {explanation.device}</sup>"),
+        template="plotly_white", height=150 + 40 * int(math.ceil(explanation.n / WARP)),
+        plot_bgcolor="#f4f4f4", margin=dict(l=70, r=20, t=90, b=60))
+    return fig
+
+
+def gpu_experiments_figure(rows: Sequence[dict], source: str) -> go.Figure:
+    """GPU timings of the three experiments, three panels: effective bandwidth against the
+    load stride, transpose bandwidth per variant, and the branch kernel's time per variant.
+
+    Args:
+        rows: rows of :func:`helpers.gpu_experiments.measure_all` (live or from results/).
+        source: where they were measured (GPU and date), shown in the title.
+    """
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=(
+        "coalescing: effective bandwidth", "transpose: bandwidth", "divergence: time"))
+    co = sorted((r for r in rows if r["experiment"] == "coalescing"), key=lambda r: r["x"])
+    fig.add_trace(go.Scatter(
+        x=[r["x"] for r in co], y=[_num07(r["gb_s"]) for r in co], mode="lines+markers",
+        line=dict(color=COLORS["torch"]), name="strided load", showlegend=False,
+        hovertemplate="stride %{x}: %{y:,.0f} GB/s<extra></extra>"), row=1, col=1)
+    tr = [r for r in rows if r["experiment"] == "transpose"]
+    fig.add_trace(go.Bar(
+        x=[r["variant"] for r in tr], y=[_num07(r["gb_s"]) for r in tr], showlegend=False,
+        marker_color=[COLORS["direct-naive"], COLORS["numpy"], COLORS["numba"]][:len(tr)],
+        hovertemplate="%{x}: %{y:,.0f} GB/s<extra></extra>"), row=1, col=2)
+    dv = [r for r in rows if r["experiment"] == "divergence"]
+    fig.add_trace(go.Bar(
+        x=[f"branch on {r['variant']}" for r in dv], y=[_num07(r["median_ms"]) for r in dv],
+        error_y=dict(type="data", array=[_num07(r["iqr_ms"]) / 2 for r in dv], visible=True),
+        marker_color=[COLORS["numpy"], COLORS["im2col-gemm"]][:len(dv)], showlegend=False,
+        hovertemplate="%{x}: %{y:.3g} ms<extra></extra>"), row=1, col=3)
+    fig.update_xaxes(title_text="stride (elements)", type="log", dtick=math.log10(2), row=1,
+                     col=1)
+    fig.update_yaxes(title_text="GB/s (useful bytes)", row=1, col=1)
+    fig.update_yaxes(title_text="GB/s", row=1, col=2)
+    fig.update_yaxes(title_text="median time (ms)", row=1, col=3)
+    fig.update_layout(title=f"The three experiments on a GPU<br><sup>{source}</sup>",
+                      template="plotly_white", height=430, margin=dict(l=60, r=20, t=90, b=60))
+    return fig
+
+
 # ------------------------------------------------------- notebook 08: data transfers
+
+#: Colours of notebook 08: host memory kinds, and the three pipeline stages.
+TRANSFER_COLORS = {"pageable": "#E69F00", "pinned": "#0072B2", "h2d": "#56B4E9",
+                   "compute": "#009E73", "d2h": "#CC79A7", "copy": "#D55E00"}
+_SERIES_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000"]
+_STAGE_NAMES = {"h2d": "copy in (host to device)", "compute": "compute (convolution)",
+                "d2h": "copy out (device to host)"}
+
+
+def _ok(rows: Iterable[dict], key: str) -> list[dict]:
+    return [r for r in rows if str(r.get("status", "ok")).startswith("ok")
+            and _num(r.get(key)) is not None]
+
+
+def transfer_bandwidth_figure(rows: Sequence[dict], links: Iterable[tuple[str, float]] = (),
+                              title: str = "CPU-GPU copy bandwidth") -> go.Figure:
+    """Copy bandwidth (GB/s) against copy size (bytes), pageable vs pinned, h2d vs d2h.
+
+    Args:
+        rows: :func:`helpers.transfers.copy_bandwidth` rows, live or from results/
+            (``source="reference"``, drawn with diamonds and named "(results/)"); rows whose
+            status is not ``ok`` are left out.
+        links: (label, bytes/s) horizontal lines, e.g. a link's estimated bandwidth; the label
+            should say "estimate".
+        title: the figure title.
+
+    Returns:
+        The figure; a message figure when no row was measured.
+
+    Source: the study's remedy of pinned memory (Section IV-D).
+    """
+    ok = _ok(rows, "gb_s")
+    if not ok:
+        return message_figure("No copy was measured here (no GPU) and no GPU reference "
+                              "is saved in results/ yet")
+    groups: dict[tuple, list[dict]] = {}
+    for r in ok:
+        groups.setdefault((r["direction"], r["memory"], r["device"], r.get("source", "")),
+                          []).append(r)
+    fig = go.Figure()
+    for (direction, mem, device, source), g in groups.items():
+        g.sort(key=lambda r: float(r["size_bytes"]))
+        ref = source == "reference"
+        fig.add_trace(go.Scatter(
+            x=[float(r["size_bytes"]) for r in g], y=[float(r["gb_s"]) for r in g],
+            mode="lines+markers",
+            name=f"{direction} {mem}, {device}" + (" (results/)" if ref else ""),
+            line=dict(color=TRANSFER_COLORS.get(mem, "#999999"),
+                      dash="solid" if direction == "h2d" else "dash", width=1.5 if ref else 2),
+            marker=dict(symbol="diamond" if ref else "circle", size=7),
+            hovertemplate="%{x:,.0f} bytes: %{y:.3g} GB/s<extra></extra>"))
+    sizes = [float(r["size_bytes"]) for r in ok]
+    for (label, bw), dash in zip(links, ["dot", "dashdot", "longdash", "longdashdot"] * 4):
+        fig.add_trace(go.Scatter(
+            x=[min(sizes), max(sizes)], y=[bw / 1e9] * 2, mode="lines",
+            name=f"{label}: {bw / 1e9:,.1f} GB/s",
+            line=dict(color=COLORS["peak"], dash=dash, width=1),
+            hovertemplate=f"{label}: {bw / 1e9:,.1f} GB/s<extra></extra>"))
+    devices = sorted({r["device"] for r in ok})
+    return _layout(fig, f"{title}<br><sup>measured on {'; '.join(devices)}</sup>",
+                   "bytes per copy", "bandwidth (GB/s)")
+
+
+def transfer_share_figure(rows: Sequence[dict], series_key: str = "scenario",
+                          title: str = "Share of time in CPU-GPU copies",
+                          note: str = "") -> go.Figure:
+    """Copy share of each layer's time (%), grouped bars: one bar per series per layer.
+
+    Args:
+        rows: :func:`helpers.transfers.estimate_table` rows (estimates) or
+            :func:`helpers.transfers.transfer_share` rows (measured); each needs ``layer``,
+            ``copy_share`` (0..1), ``copy_ms``, ``compute_ms`` and ``series_key``; rows whose
+            status is not ``ok`` are left out.
+        series_key: the field that names a bar series (``"scenario"``, ``"strategy"``).
+        title: the figure title. note: a second line under it (say "estimate" or the device).
+
+    Returns:
+        The figure; a message figure when no row has a share.
+
+    Source: the study's Figure 7.
+    """
+    ok = _ok(rows, "copy_share")
+    if not ok:
+        return message_figure("No copy share to show: nothing measured here (no GPU) and no "
+                              "GPU reference in results/ yet")
+    series = list(dict.fromkeys(str(r[series_key]) for r in ok))
+    fig = go.Figure()
+    for n, name in enumerate(series):
+        g = [r for r in ok if str(r[series_key]) == name]
+        fig.add_trace(go.Bar(
+            x=[r["layer"] for r in g], y=[100 * float(r["copy_share"]) for r in g], name=name,
+            marker_color=_SERIES_COLORS[n % len(_SERIES_COLORS)],
+            customdata=[[_num(r.get("copy_ms")) or 0.0, _num(r.get("compute_ms")) or 0.0]
+                        for r in g],
+            hovertemplate=("%{x}: copies %{y:.1f} % (copies %{customdata[0]:.3g} ms, "
+                           "compute %{customdata[1]:.3g} ms)<extra>" + name + "</extra>")))
+    fig.update_layout(barmode="group", title=f"{title}<br><sup>{note}</sup>" if note else title,
+                      template="plotly_white", height=430,
+                      legend=dict(orientation="h", y=-0.18),
+                      margin=dict(l=70, r=20, t=70, b=60))
+    fig.update_xaxes(title_text="the study's Table I layer")
+    fig.update_yaxes(title_text="copies, % of copy + compute time", range=[0, 100])
+    return fig
+
+
+def overlap_timeline_figure(timeline: Sequence[dict], title: str, note: str) -> go.Figure:
+    """A timeline of copies and computation per stream: sequential run above, overlapped below.
+
+    Args:
+        timeline: dicts with ``run`` (``"sequential"``/``"overlapped"``), ``stream``, ``kind``
+            (``h2d``, ``compute``, ``d2h``), ``chunk``, ``start_ms``, ``end_ms``: from
+            :func:`helpers.transfers.overlap_experiment` (measured with CUDA events) or
+            :func:`helpers.transfers.estimated_timeline` (an estimate).
+        title: the figure title. note: a second line (say whether measured, and where, or
+            estimated).
+
+    Returns:
+        Two panels sharing the time axis (ms); one bar per stage, labelled with its chunk; a
+        message figure when the timeline is empty.
+    """
+    from plotly.subplots import make_subplots
+
+    if not timeline:
+        return message_figure("No timeline to draw")
+    runs = [r for r in ("sequential", "overlapped") if any(t["run"] == r for t in timeline)]
+    streams = {"sequential": "one stream", "overlapped": "three streams"}
+    fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{r}: {streams[r]}" for r in runs])
+    shown: set[str] = set()
+    for n, run in enumerate(runs):
+        for kind in ("h2d", "compute", "d2h"):
+            bars = [t for t in timeline if t["run"] == run and t["kind"] == kind]
+            if not bars:
+                continue
+            fig.add_trace(go.Bar(
+                y=[t["stream"] for t in bars],
+                x=[float(t["end_ms"]) - float(t["start_ms"]) for t in bars],
+                base=[float(t["start_ms"]) for t in bars], orientation="h",
+                text=[f"{t['chunk']}" if run == "overlapped" else "" for t in bars],
+                textposition="inside", insidetextanchor="middle",
+                marker=dict(color=TRANSFER_COLORS[kind], line=dict(color="#ffffff", width=1)),
+                name=_STAGE_NAMES[kind], legendgroup=kind, showlegend=kind not in shown,
+                customdata=[[float(t["start_ms"]), float(t["end_ms"]),
+                             f"chunk {t['chunk']}" if run == "overlapped" else "whole batch"]
+                            for t in bars],
+                hovertemplate=(f"{_STAGE_NAMES[kind]}, %{{customdata[2]}}: "
+                               "%{customdata[0]:.3g} to %{customdata[1]:.3g} ms<extra></extra>")),
+                row=n + 1, col=1)
+            shown.add(kind)
+        fig.update_yaxes(autorange="reversed", row=n + 1, col=1)
+    fig.update_xaxes(title_text="time since the start of the run (ms)", row=len(runs), col=1)
+    fig.update_layout(title=f"{title}<br><sup>{note}</sup>", template="plotly_white",
+                      height=200 + 110 * len(runs), barmode="overlay",
+                      legend=dict(orientation="h", y=-0.25),
+                      margin=dict(l=130, r=20, t=80, b=60))
+    return fig
+
+
+def overlap_times_figure(rows: Sequence[dict],
+                         title: str = "Sequential vs overlapped copies") -> go.Figure:
+    """Per layer: sequential from pageable memory, sequential from pinned memory, and
+    overlapped (chunks on streams), in ms, from :func:`helpers.transfers.overlap_experiment`
+    rows (live or from results/); rows whose status is not ``ok`` are left out."""
+    ok = _ok(rows, "overlapped_ms")
+    if not ok:
+        return message_figure("No overlap measurement here (no GPU) or in results/ yet")
+    fig = go.Figure()
+    for key, label, color in (("sequential_pageable_ms", "sequential, pageable", "pageable"),
+                              ("sequential_pinned_ms", "sequential, pinned", "pinned"),
+                              ("overlapped_ms", "overlapped, pinned", "compute")):
+        fig.add_trace(go.Bar(
+            x=[f"{r['layer']} (b={r['b']})" for r in ok], y=[float(r[key]) for r in ok],
+            name=label, marker_color=TRANSFER_COLORS[color],
+            hovertemplate="%{x}: %{y:.3g} ms<extra>" + label + "</extra>"))
+    devices = sorted({r["device"] for r in ok})
+    fig.update_layout(barmode="group", template="plotly_white", height=420,
+                      title=f"{title}<br><sup>measured on {'; '.join(devices)}</sup>",
+                      legend=dict(orientation="h", y=-0.18), margin=dict(l=70, r=20, t=70, b=60))
+    fig.update_xaxes(title_text="the study's Table I layer")
+    fig.update_yaxes(title_text="copy in + forward + copy out (ms)", type="log")
+    return fig
 
 
 # ------------------------------------------------- notebook 09: training throughput
