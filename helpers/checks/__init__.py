@@ -123,6 +123,21 @@ def compare(actual, expected, rtol: float = 1e-4) -> str | None:
     return None
 
 
+def _learner_frame(exc: BaseException) -> traceback.FrameSummary:
+    """The innermost frame of the traceback in the learner's code: not in an installed library
+    (numba, torch, NumPy) nor in :mod:`helpers`; the innermost frame if there is none."""
+    import os
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(frames):
+        name = frame.filename
+        if "site-packages" not in name and not os.path.abspath(name).startswith(here) \
+                and not name.startswith("<frozen"):
+            return frame
+    return frames[-1]
+
+
 def check_cases(name: str, fn: Callable, cases: Iterable[Case],
                 hint: str | None = None) -> Report:
     """Run ``fn`` on every case and report the first failure (see the module docstring).
@@ -146,13 +161,14 @@ def check_cases(name: str, fn: Callable, cases: Iterable[Case],
                           "cell with your code, run that cell, then run this check again.", n - 1,
                           "not implemented")
         except Exception as exc:  # noqa: BLE001 - the learner's code, reported readably
-            where = traceback.extract_tb(exc.__traceback__)[-1]
+            where = _learner_frame(exc)
             return Report(name, False, f"on {case.description}: your code raised "
                           f"{type(exc).__name__}: {exc} (line {where.lineno}: "
                           f"{(where.line or '').strip()})", n, "error")
         problem = compare(actual, case.expected, case.rtol)
         if problem:
-            message = f"on {case.description}: {problem}."
+            message = f"on {case.description}: {problem}"
+            message += "" if message.endswith(("?", ".")) else "."
             if hint:
                 message += f"\nHint: {hint}"
             return Report(name, False, message, n, "failed")
