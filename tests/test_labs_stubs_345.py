@@ -1,0 +1,80 @@
+"""Labs 3-5 as a learner first opens them: every stub lab runs top to bottom without an error,
+and every check cell says "not implemented yet".
+
+Each lab is executed with nbclient exactly as ``python -m helpers.run_notebooks`` does
+(:func:`helpers.run_notebooks.run_notebook`), into a temporary folder: the stored notebooks are
+not touched. A check cell is a code cell that calls ``labN.check_...``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from helpers.run_notebooks import ROOT, run_notebook
+
+LABS = ["lab3_im2col.ipynb", "lab4_fft_convolution.ipynb", "lab5_pick_the_fastest.ipynb"]
+CHECK_CALL = re.compile(r"\blab[345]\.check_\w+\(")
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    data = output.get("data", {})
+    return "".join(str(data.get(kind, "")) for kind in ("text/html", "text/plain"))
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_the_stub_lab_runs_and_every_check_says_not_implemented_yet(name, tmp_path):
+    path = ROOT / "labs" / name
+    ok, seconds, error = run_notebook(path, tmp_path, timeout=300)
+    assert ok, f"{name} failed after {seconds:.0f} s: {error}"
+    nb = nbformat.read(tmp_path / name, as_version=4)
+    checks = [c for c in nb.cells if c.cell_type == "code" and CHECK_CALL.search(c.source)]
+    assert checks, f"{name} has no check cell"
+    for cell in checks:
+        shown = "".join(_text(o) for o in cell.outputs)
+        assert "not implemented yet" in shown, (name, cell.source, shown[:300])
+    assert not any(o.get("output_type") == "error" for c in nb.cells if c.cell_type == "code"
+                   for o in c.outputs)
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_the_lab_and_its_solution_differ_only_in_the_todo_cells(name):
+    lab = nbformat.read(ROOT / "labs" / name, as_version=4)
+    solution = nbformat.read(ROOT / "labs" / "solutions" / name, as_version=4)
+    assert len(lab.cells) == len(solution.cells)
+    stubs = 0
+    for i, (a, b) in enumerate(zip(lab.cells, solution.cells)):
+        assert a.cell_type == b.cell_type
+        if a.source != b.source:
+            if a.cell_type == "markdown":    # only the title cell gains the instructor's note
+                assert b.source.startswith(a.source) and "Instructor's copy" in b.source
+                continue
+            assert "raise NotImplementedError" in a.source
+            assert "raise NotImplementedError" not in b.source
+            assert CHECK_CALL.search(lab.cells[i + 1].source), "a check cell right after a TODO"
+            stubs += 1
+    checks = sum(bool(CHECK_CALL.search(c.source)) for c in lab.cells if c.cell_type == "code")
+    assert stubs == checks >= 1          # one check cell per TODO cell
+
+
+def test_the_stub_labs_are_stored_executed():
+    for name in LABS:
+        nb = nbformat.read(ROOT / "labs" / name, as_version=4)
+        checks = [c for c in nb.cells if c.cell_type == "code" and CHECK_CALL.search(c.source)]
+        assert all("not implemented yet" in "".join(_text(o) for o in c.outputs) for c in checks)
+
+
+def test_the_labs_state_the_rules_their_checkers_apply():
+    """Lab 4's FLOP model and Lab 5's picking rules are written once, in the checker modules,
+    and must appear word for word in the labs (stub and solution)."""
+    from helpers.checks import lab4, lab5
+
+    for folder in ("labs", "labs/solutions"):
+        for name, text in (("lab4_fft_convolution.ipynb", lab4.FLOP_MODEL),
+                           ("lab5_pick_the_fastest.ipynb", lab5.RULES.replace("``", "`"))):
+            nb = nbformat.read(ROOT / folder / name, as_version=4)
+            assert any(text in c.source for c in nb.cells if c.cell_type == "markdown"), name
