@@ -1,0 +1,411 @@
+"""Tests of helpers.datasets, helpers.cnn_models and helpers.training (notebook 09).
+
+Fast: tiny batches, 16-pixel images and a few steps; the GPU checks are marked and skipped
+without a GPU.
+"""
+
+import helpers  # noqa: F401  (decides the backend first)
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from helpers import backend, cnn_models, datasets, training
+
+from conftest import simulator_only
+
+TINY = dict(batch_size=4, steps=2, warmup=1, image_size=16, channels=1)
+
+
+# ------------------------------------------------------------------------------ datasets
+
+
+def test_lfw_arrays_are_the_documented_faces_and_non_faces():
+    images, labels = datasets.lfw_arrays()
+    assert images.shape == (200, 25, 25) and images.dtype == np.float32
+    assert 0.0 <= images.min() and images.max() <= 1.0
+    assert labels.dtype == np.int64
+    assert (labels[:100] == 0).all() and (labels[100:] == 1).all()
+    assert datasets.LFW_CLASSES[0] == "face"
+
+
+def test_lfw_split_is_fixed_stratified_and_disjoint():
+    train_idx, test_idx = datasets.lfw_split()
+    again = datasets.lfw_split()
+    assert np.array_equal(train_idx, again[0]) and np.array_equal(test_idx, again[1])
+    assert len(train_idx) == 150 and len(test_idx) == 50
+    assert not set(train_idx) & set(test_idx)
+    assert sorted(np.concatenate([train_idx, test_idx])) == list(range(200))
+    assert (test_idx < 100).sum() == 25  # 25 faces, 25 non-faces held out
+    other = datasets.lfw_split(seed=1)
+    assert not np.array_equal(test_idx, other[1])
+
+
+def test_lfw_dataset_items_have_documented_shapes_dtypes_labels():
+    train = datasets.LFWFaces("train")
+    test = datasets.LFWFaces("test")
+    assert (len(train), len(test)) == (150, 50)
+    x, y = train[0]
+    assert x.shape == (1, 25, 25) and x.dtype == torch.float32 and isinstance(y, int)
+    assert np.bincount(train.labels).tolist() == [75, 75]
+    assert np.bincount(test.labels).tolist() == [25, 25]
+    assert train.name == "lfw_subset" and train.num_classes == 2
+    big = datasets.LFWFaces("test", size=32, channels=3)
+    x3, _ = big[3]
+    assert x3.shape == (3, 32, 32) and torch.equal(x3[0], x3[2])
+    batch_x, batch_y = next(iter(torch.utils.data.DataLoader(big, batch_size=8)))
+    assert batch_x.shape == (8, 3, 32, 32) and batch_y.dtype == torch.int64
+
+
+def test_augmentation_keeps_the_shape_and_is_seeded():
+    plain = datasets.LFWFaces("train", size=32)
+    aug = datasets.LFWFaces("train", size=32, augment=True, max_shift=3)
+    torch.manual_seed(0)
+    a = torch.stack([aug[i][0] for i in range(20)])
+    torch.manual_seed(0)
+    b = torch.stack([aug[i][0] for i in range(20)])
+    p = torch.stack([plain[i][0] for i in range(20)])
+    assert a.shape == p.shape == (20, 1, 32, 32)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, p)
+
+
+@pytest.mark.parametrize("n_out", [16, 32, 57])
+def test_bilinear_matrix_matches_torch_interpolate(n_out, rng):
+    img = rng.random((25, 25)).astype(np.float32)
+    a = datasets.bilinear_matrix(25, n_out)
+    want = torch.nn.functional.interpolate(torch.from_numpy(img)[None, None], size=(n_out, n_out),
+                                           mode="bilinear", align_corners=False)[0, 0].numpy()
+    print("matches torch (max abs. error < 1e-5):", np.abs(a @ img @ a.T - want).max() < 1e-5)
+    assert np.abs(a @ img @ a.T - want).max() < 1e-5
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(split="validation"), dict(channels=2), dict(size=4), dict(size=32.0),
+    dict(max_shift=-1), dict(test_fraction=1.0)])
+def test_lfw_bad_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        datasets.LFWFaces(**kwargs)
+
+
+def test_make_rejects_unknown_names_and_cifar_is_never_downloaded_by_default(tmp_path):
+    with pytest.raises(ValueError, match="name"):
+        datasets.make("imagenet")
+    with pytest.raises(datasets.DatasetUnavailable, match="download=True"):
+        datasets.make("cifar10", root=tmp_path)
+    with pytest.raises(ValueError, match="split"):
+        datasets.cifar10("all", root=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing fetched
+
+
+def test_cifar10_wrapper_with_the_files_present(tmp_path, monkeypatch):
+    # No download: torchvision's CIFAR10 is replaced by a stand-in holding 4 images, so the
+    # wrapper's transforms and metadata are checked offline.
+    import PIL.Image
+    import torchvision.datasets
+
+    class FakeCIFAR10:
+        def __init__(self, root, train, transform, download):
+            assert not download
+            self.transform, self.targets = transform, [0, 1, 2, 9]
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            img = PIL.Image.fromarray(np.full((32, 32, 3), 40 * i, np.uint8))
+            return self.transform(img), self.targets[i]
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    ds = datasets.make("cifar10", "test", root=tmp_path, augment=True, size=40)
+    x, y = ds[3]
+    assert ds.name == "cifar10" and ds.num_classes == 10 and ds.channels == 3
+    assert x.shape == (3, 40, 40) and x.dtype == torch.float32 and y == 9
+    assert ds.augment and "augmented" in ds.description
+
+
+# ------------------------------------------------------------------------------ models
+
+
+@pytest.mark.parametrize("name", list(cnn_models.MODELS))
+@pytest.mark.parametrize("c, classes, size", [(1, 2, 25), (3, 10, 32)])
+def test_models_accept_the_datasets_shapes(name, c, classes, size):
+    net = cnn_models.build(name, c, classes, size)
+    out = net(torch.randn(2, c, size, size))
+    assert out.shape == (2, classes) and out.dtype == torch.float32
+    assert cnn_models.weight_layers(net) == cnn_models.MODELS[name].depth
+
+
+def test_resnet20_has_the_papers_size():
+    net = cnn_models.build("resnet20", 3, 10, 32)
+    assert cnn_models.weight_layers(net) == 20
+    assert abs(cnn_models.parameter_count(net) - 0.27e6) < 0.005e6  # He et al. Table 6: 0.27M
+    small = cnn_models.parameter_count(cnn_models.build("small", 3, 10, 32))
+    vgg = cnn_models.parameter_count(cnn_models.build("vgg", 3, 10, 32))
+    assert small < cnn_models.parameter_count(net) < vgg
+
+
+def test_forward_flops_counts_convolutions_and_dense_layers():
+    net = cnn_models.build("small", 3, 10, 32)
+    by_hand = (2 * 32 * 32 * 32 * 3 * 9 + 2 * 16 * 16 * 32 * 32 * 9 + 2 * 8 * 8 * 64 * 32 * 9
+               + 2 * 1024 * 64 + 2 * 64 * 10)
+    assert cnn_models.forward_flops(net, 3, 32) == by_hand
+    assert net.training  # its mode is restored
+    resnet = cnn_models.forward_flops(cnn_models.build("resnet20", 3, 10, 32), 3, 32)
+    assert 80e6 < resnet < 82e6  # about 41 million multiply-adds
+
+
+def test_build_is_seeded():
+    a, b = cnn_models.build("small", 1, 2, 25, seed=3), cnn_models.build("small", 1, 2, 25, seed=3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("args", [("alexnet", 3, 10, 32), ("small", 0, 10, 32),
+                                  ("small", 3, 1, 32), ("small", 3, 10, 4), ("vgg", 3, 10, 8)])
+def test_models_bad_arguments_raise(args):
+    with pytest.raises(ValueError):
+        cnn_models.build(*args)
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def test_a_tiny_training_run_reduces_the_loss():
+    res = training.train(epochs=3, batch_size=32, seed=0)
+    assert res.dataset == "lfw_subset" and res.device.startswith("CPU")
+    assert res.epoch_losses[-1] < res.epoch_losses[0]
+    assert res.images == 3 * 4 * 32 and len(res.losses) == 12
+    assert 0.0 <= res.test_accuracy <= 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_short_run_reaches_the_stated_accuracy(seed):
+    res = training.train(seed=seed)
+    assert res.reached(training.ACCURACY_THRESHOLD), res.test_accuracy
+
+
+@pytest.mark.parametrize("kwargs", [dict(epochs=0), dict(batch_size=0), dict(lr=0.0),
+                                    dict(device="tpu"), dict(model="alexnet")])
+def test_train_bad_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        training.train(**kwargs)
+
+
+# ------------------------------------------------------------------------------ throughput
+
+
+def test_measure_row_structure_on_cpu():
+    row = training.measure(**TINY)
+    assert tuple(row) == training.ROW_KEYS
+    assert row["status"] == "ok" and row["device_kind"] == "cpu"
+    assert row["device"].startswith("CPU") and row["dataset"] == "lfw_subset"
+    assert row["images_per_s"] > 0 and row["images"] == row["steps"] * 4
+    assert row["wait_s"] >= 0 and row["compute_s"] > 0
+    assert math.isclose(row["wait_s"] + row["compute_s"], row["total_s"], rel_tol=0.05,
+                        abs_tol=0.005)
+    assert math.isnan(row["gpu_util_mean"])
+
+
+class _SlowData(torch.utils.data.Dataset):
+    """Every item costs 2 ms to load: the time must show up as waiting, not computing."""
+
+    name, channels, image_size, num_classes = "slow", 1, 8, 2
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.zeros(1, 8, 8), i % 2
+
+
+class _SlowModel(nn.Module):
+    """Every forward pass costs 10 ms: the time must show up as computing."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 2)
+
+    def forward(self, x):
+        time.sleep(0.01)
+        return self.fc(x.flatten(1))
+
+
+def test_wait_and_compute_are_split_correctly():
+    row = training.measure(_SlowModel(), _SlowData(), batch_size=4, steps=3, warmup=1)
+    assert row["model"] == "_SlowModel" and row["dataset"] == "slow"
+    assert row["wait_s"] >= 3 * 4 * 0.002 * 0.9
+    assert row["compute_s"] >= 3 * 0.01 * 0.9
+    assert row["wait_s"] < row["compute_s"] + 3 * 4 * 0.002 * 3  # not all the time is waiting
+
+
+def test_time_steps_splits_each_step():
+    def batches():
+        while True:
+            time.sleep(0.004)
+            yield torch.zeros(2), torch.zeros(2)
+
+    calls = []
+    times = training.time_steps(batches(), lambda x, y: (calls.append(1), time.sleep(0.002)),
+                                steps=3, warmup=2)
+    assert len(calls) == 5 and times.steps == 3 and len(times.step_s) == 3
+    assert times.wait_s >= 3 * 0.004 * 0.9 and times.compute_s >= 3 * 0.002 * 0.9
+    assert math.isclose(sum(times.step_s), times.wait_s + times.compute_s, rel_tol=1e-9)
+    assert times.total_s >= sum(times.step_s) and times.end - times.start == times.total_s
+    assert min(times.step_s) <= times.median_step_s <= max(times.step_s)
+
+
+def test_workers_and_augmentation_rows():
+    rows = training.workers_sweep(workers=(0, 1), augment=(True,), **TINY)
+    assert [r["workers"] for r in rows] == [0, 1]
+    assert all(r["status"] == "ok" and r["augment"] is True for r in rows)
+    assert all(r["experiment"] == "workers" for r in rows)
+
+
+def test_min_seconds_keeps_stepping():
+    row = training.measure(min_seconds=0.3, **TINY)
+    assert row["total_s"] >= 0.3 and row["steps"] >= 2
+
+
+@simulator_only
+def test_gpu_rows_say_why_they_were_not_measured():
+    rows = training.batch_size_sweep("small", [4, 8], ["cpu", "cuda"], **{
+        k: v for k, v in TINY.items() if k != "batch_size"})
+    assert len(rows) == 4
+    gpu = [r for r in rows if r["device_kind"] == "cuda"]
+    assert all(r["status"].startswith("not measured") and math.isnan(r["images_per_s"])
+               for r in gpu)
+    assert all(tuple(r) == training.ROW_KEYS for r in rows)
+    assert training.gpu_reason() is not None
+    with pytest.raises(ValueError, match="GPU"):
+        training.train(device="cuda")
+
+
+def test_speedup_table_pairs_cpu_and_gpu_of_one_source():
+    def row(model, depth, kind, ips, status="ok", source="live"):
+        return dict(model=model, depth=depth, device_kind=kind, device=kind.upper(),
+                    images_per_s=ips, status=status, source=source)
+
+    table = training.speedup_table([
+        row("vgg", 11, "cpu", 10.0), row("vgg", 11, "cuda", 1000.0),
+        row("small", 5, "cpu", 100.0), row("small", 5, "cuda", math.nan, "not measured: x"),
+        row("small", 5, "cpu", 50.0, source="ref"), row("small", 5, "cuda", 500.0, source="ref")])
+    assert [(e["source"], e["model"]) for e in table] == [
+        ("live", "small"), ("live", "vgg"), ("ref", "small")]
+    assert math.isnan(table[0]["speedup"]) and "not measured" in table[0]["note"]
+    assert table[1]["speedup"] == pytest.approx(100.0)
+    assert table[2]["speedup"] == pytest.approx(10.0)
+
+
+def test_utilisation_sampler_on_the_cpu():
+    with training.UtilisationSampler(interval_s=0.02, gpu=False) as s:
+        x = torch.randn(256, 256)
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            x = x @ x.T / 256
+    assert len(s.samples) >= 3 and s.gpu_reason
+    assert all(math.isnan(v["gpu_util"]) and 0 <= v["cpu_util"] <= 100 for v in s.samples)
+    assert 0 <= s.mean("cpu_util") <= 100 and math.isnan(s.mean("gpu_util"))
+
+
+def test_utilisation_trace_on_the_cpu():
+    trace = training.utilisation_trace(device="cpu", seconds=0.3, interval_s=0.05,
+                                       **{k: v for k, v in TINY.items() if k not in ("steps",)})
+    assert trace["row"]["status"] == "ok" and trace["row"]["experiment"] == "utilisation"
+    assert trace["samples"] and trace["gpu_reason"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(batch_size=0), dict(workers=-1), dict(precision="fp8"), dict(device="tpu"),
+    dict(steps=0), dict(warmup=0), dict(model="alexnet"), dict(min_seconds=-1.0),
+    dict(dataset="imagenet"), dict(image_size=4)])
+def test_measure_bad_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        training.measure(**{**TINY, **kwargs})
+
+
+def test_sweeps_and_sampler_bad_arguments_raise():
+    with pytest.raises(ValueError, match="batch_sizes"):
+        training.batch_size_sweep("small", [])
+    with pytest.raises(ValueError, match="workers"):
+        training.workers_sweep(workers=())
+    with pytest.raises(ValueError, match="models"):
+        training.depth_sweep(models=())
+    with pytest.raises(ValueError, match="interval_s"):
+        training.UtilisationSampler(interval_s=0)
+    with pytest.raises(ValueError, match="seconds"):
+        training.utilisation_trace(seconds=0)
+
+
+def test_reference_rows_are_labelled_with_gpu_and_date(tmp_path):
+    (tmp_path / "training_h100.csv").write_text(
+        "experiment,model,device_kind,device,images_per_s,status\n"
+        "depth,small,cuda,GPU: NVIDIA H100,5000.0,ok\n"
+        "depth,small,cpu,CPU: Xeon,500.0,ok\n"
+        "batch,small,cuda,GPU: NVIDIA H100,4000.0,ok\n")
+    (tmp_path / "training_h100.json").write_text(json.dumps(
+        {"date": "2026-01-02T03:04:05+00:00", "environment": {"gpu_name": "NVIDIA H100"}}))
+    (tmp_path / "training_cpu.csv").write_text("experiment,device_kind\ndepth,cpu\n")
+    (tmp_path / "training_cpu.json").write_text(json.dumps({"environment": {}}))
+    rows = training.reference_rows("depth", directory=tmp_path)
+    assert len(rows) == 2 and all(r["source"] == "training_h100" for r in rows)
+    assert rows[0]["device"] == "GPU: NVIDIA H100, 2026-01-02"
+    assert "2026-01-02" in rows[1]["device"]
+    assert len(training.reference_rows("depth", gpu_only=True, directory=tmp_path)) == 1
+    assert training.reference_rows("depth", directory=tmp_path / "missing") == []
+
+
+def test_command_line_prints_a_table(capsys):
+    assert training.main(["--experiment", "batch", "--quick", "--batch-sizes", "4",
+                          "--image-size", "16", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "images_per_s" in out and "lfw_subset" in out and "cpu" in out
+
+
+def test_format_table_handles_missing_numbers():
+    text = training.format_table([dict(model="small", images_per_s=math.nan, status="ok")],
+                                 ["model", "images_per_s", "status"])
+    assert "small" in text and " - " in text
+
+
+# ------------------------------------------------------------------------------ GPU
+
+
+class _GpuSleep(nn.Module):
+    """Spins the GPU about 20 ms per forward pass and returns at once on the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 2)
+
+    def forward(self, x):
+        torch.cuda._sleep(int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.02))
+        return self.fc(x.flatten(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_step_time_includes_the_work_after_the_launch():
+    # Without torch.cuda.synchronize() before each clock reading the 20 ms of GPU work
+    # would be missed (the launch returns at once).
+    row = training.measure(_GpuSleep(), _SlowData(), device="cuda", batch_size=4, steps=5,
+                           warmup=1, min_seconds=0)
+    assert row["status"] == "ok"
+    assert row["compute_s"] / row["steps"] > 0.015
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_measurements_run_with_utilisation_and_mixed_precision():
+    row = training.measure("resnet20", device="cuda", batch_size=128, steps=5,
+                           sample_utilisation=True, min_seconds=1.5)
+    assert row["status"] == "ok" and row["device"].startswith("GPU")
+    assert row["images_per_s"] > 0 and not math.isnan(row["gpu_util_mean"])
+    rows = training.precision_sweep("small", 64, "cuda", steps=3, min_seconds=0)
+    assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
