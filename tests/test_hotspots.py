@@ -61,8 +61,9 @@ def test_grouping_of_a_tiny_cnn_covers_every_layer_type_and_sums_to_one():
         assert shares[group] > 0, group
     assert p.conv_share > 0
     assert "loss" in p.detail["other"]
-    # every microsecond once: the profiled total is the iterations' wall time, roughly
-    assert 0.7 < p.total_s / p.wall_s < 1.3, (p.total_s, p.wall_s)
+    # every microsecond once: the profiled total is the iterations' wall time, roughly (counting
+    # nested operators twice would give about 2; the margin absorbs a busy machine)
+    assert 0.5 < p.total_s / p.wall_s < 1.5, (p.total_s, p.wall_s)
     assert p.device == "cpu" and p.time_kind == "CPU time" and p.device_label.startswith("CPU")
     assert (p.batch, p.input_size, p.iterations, p.warmup) == (4, 16, 2, 1)
 
