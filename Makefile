@@ -12,13 +12,14 @@ PORT   ?= 8888
 # JupyterLab refuses to run as root unless told; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help env lab test test-fast run outputs clean
+.PHONY: help env lab test test-fast run outputs book clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
 	@echo "make outputs re-execute the notebooks in place, refreshing stored outputs"
+	@echo "make book    render the notebooks and labs (stored outputs) as HTML into build/book/"
 	@echo "make env     create or update the environment only"
 	@echo "make clean   remove build outputs (keeps the environment)"
 
@@ -43,6 +44,9 @@ test-fast: env
 
 run: env
 	$(PY) -m helpers.run_notebooks --out build
+
+book: env
+	$(PY) -m helpers.book --out build/book
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,342 @@
+"""Render the workbook as a static HTML book from the notebooks' stored outputs: ``make book``.
+
+Nothing is executed: each notebook in ``notebooks/`` (``00_...`` to ``09_...``) and each lab in
+``labs/`` (not ``labs/solutions/``, which is for instructors) becomes one page through
+nbconvert's :class:`~nbconvert.HTMLExporter`, and ``index.html`` lists the pages in order with one
+line of what each teaches (the first markdown cell's title and first sentence).
+
+Stored outputs are adapted for a page read offline:
+
+- plotly charts (``application/vnd.plotly.v1+json``) are re-rendered from their JSON as a ``div``
+  and a ``Plotly.newPlot`` call, with plotly.js loaded once per page from a local copy
+  (``plotly.min.js``, copied from the plotly package into the book's folder; no CDN). Where the
+  page cannot run JavaScript, a ``<noscript>`` fallback shows the output's ``image/png`` if it has
+  one, or else a note that the chart needs JavaScript.
+- plotly's set-up output (a script that imports plotly.js from its CDN) is dropped.
+- ipywidgets outputs (``application/vnd.jupyter.widget-view+json``) cannot be rendered without a
+  kernel: a short note stands in their place instead of the widget's raw JSON.
+- links between notebooks (``01_....ipynb``) point to the pages (``01_....html``).
+
+Layout of the output folder: ``index.html``, ``plotly.min.js``, ``notebooks/NAME.html``,
+``labs/NAME.html``.
+
+Usage: ``python -m helpers.book [--out build/book] [--only 00 06 ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import html
+import json
+import pathlib
+import re
+import shutil
+import sys
+import time
+
+__all__ = ["Page", "collect", "describe", "adapt_outputs", "build_book", "main",
+           "PLOTLY_MIME", "WIDGET_MIME", "WIDGET_NOTE", "PLOTLY_JS"]
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: File name of the local plotly.js copy, at the top of the book's folder.
+PLOTLY_JS = "plotly.min.js"
+WIDGET_NOTE = ("Interactive widget: it needs a running Python kernel, so the book cannot show it. "
+               "Open this notebook in JupyterLab or Colab to use it.")
+_CHART_NOTE = "This interactive chart needs JavaScript; open the page in a browser with it enabled."
+_NO_PLOTLY_NOTE = f"This chart needs {PLOTLY_JS}, which was not found beside the book's index."
+
+#: Sections of the book, in order: (folder name, heading, file pattern).
+SECTIONS = (("notebooks", "Notebooks", "[0-9]*.ipynb"), ("labs", "Labs", "*.ipynb"))
+
+
+@dataclasses.dataclass
+class Page:
+    """One page of the book.
+
+    Attributes:
+        section: ``"notebooks"`` or ``"labs"``.
+        source: the notebook it was rendered from.
+        href: the page's path relative to the book's folder (``notebooks/00_start_here.html``).
+        title: the first markdown cell's first heading (or the file name).
+        summary: the first sentence after that heading (plain text, may be empty).
+        charts: plotly charts on the page.
+        widgets: widget outputs replaced by a note.
+    """
+
+    section: str
+    source: pathlib.Path
+    href: str
+    title: str
+    summary: str
+    charts: int = 0
+    widgets: int = 0
+
+
+def collect(notebooks_dir: pathlib.Path = ROOT / "notebooks",
+            labs_dir: pathlib.Path = ROOT / "labs",
+            only: list[str] | None = None) -> list[tuple[str, pathlib.Path]]:
+    """The notebooks of the book, in reading order: ``(section, path)`` pairs.
+
+    ``notebooks_dir/[0-9]*.ipynb`` in name order, then ``labs_dir/*.ipynb`` in name order. Only
+    the folders' own files are taken, so ``labs/solutions/`` is never part of the book. A folder
+    that does not exist contributes nothing. ``only`` keeps the notebooks whose file name starts
+    with one of the given prefixes (``["00", "06", "lab1"]``).
+    """
+    found = []
+    for (section, _, pattern), folder in zip(SECTIONS, (notebooks_dir, labs_dir)):
+        folder = pathlib.Path(folder)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob(pattern)):
+            if not path.is_file() or ".ipynb_checkpoints" in path.parts:
+                continue
+            if only and not any(path.name.startswith(prefix) for prefix in only):
+                continue
+            found.append((section, path))
+    return found
+
+
+def _plain(markdown: str) -> str:
+    """Markdown to plain text, enough for a title or a sentence: links, emphasis, code marks."""
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", "", markdown)          # images
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)           # links keep their text
+    text = re.sub(r"<[^>]+>", "", text)                            # inline HTML tags
+    text = re.sub(r"(\*\*|__|\*|`)", "", text)
+    text = re.sub(r"\$([^$]*)\$", r"\1", text)
+    return " ".join(text.split())
+
+
+def describe(nb, fallback: str) -> tuple[str, str]:
+    """``(title, first sentence)`` of a notebook, from its first markdown cell.
+
+    The title is the cell's first heading line (without the ``#`` marks); the sentence is the
+    first sentence of the first paragraph after it. Falls back to ``fallback`` and ``""``.
+    """
+    cell = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.strip()), None)
+    if cell is None:
+        return fallback, ""
+    title, paragraph, in_paragraph = None, [], False
+    for line in cell.source.splitlines():
+        stripped = line.strip()
+        if title is None and stripped.startswith("#"):
+            title = _plain(stripped.lstrip("#"))
+            continue
+        if not stripped:
+            if in_paragraph:
+                break
+            continue
+        if not in_paragraph and (stripped.startswith(("#", "|", "```", ">", "<", "- ", "* ", "1. "))
+                                 or not _plain(stripped)):     # a badge line, a table, a list
+            continue
+        paragraph.append(stripped)
+        in_paragraph = True
+    text = _plain(" ".join(paragraph))
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    sentence = match.group(1) if match else text
+    return title or fallback, sentence
+
+
+def _chart_html(figure: dict, div_id: str, png: str | None) -> str:
+    """A plotly figure (its stored JSON) as a div, a ``Plotly.newPlot`` call and a fallback."""
+    data = figure.get("data", [])
+    layout = figure.get("layout", {})
+    config = {"responsive": True, **figure.get("config", {})}
+    height = layout.get("height") or 450
+    args = ", ".join(json.dumps(part, separators=(",", ":")).replace("</", "<\\/")
+                     for part in (data, layout, config))
+    no_plotly = json.dumps(f'<p class="book-note">{_NO_PLOTLY_NOTE}</p>')
+    if png:
+        fallback = f'<img alt="chart (static image)" src="data:image/png;base64,{png.strip()}">'
+    else:
+        fallback = f'<p class="book-note">{_CHART_NOTE}</p>'
+    return (f'<div class="book-chart">\n'
+            f'<div id="{div_id}" class="plotly-graph-div" style="height:{int(height)}px; '
+            f'width:100%;"></div>\n'
+            f'<script>(function () {{\n'
+            f'  var el = document.getElementById("{div_id}");\n'
+            f'  if (window.Plotly) {{ Plotly.newPlot(el, {args}); }}\n'
+            f'  else {{ el.outerHTML = {no_plotly}; }}\n'
+            f'}})();</script>\n'
+            f'<noscript>{fallback}</noscript>\n'
+            f'</div>')
+
+
+def _is_plotly_loader(output) -> bool:
+    """Whether an output is plotly's set-up script (loads plotly.js from a CDN, shows nothing)."""
+    data = output.get("data") or {}
+    page = data.get("text/html", "")
+    if isinstance(page, list):
+        page = "".join(page)
+    return (set(data) <= {"text/html", "text/plain"} and "cdn.plot.ly" in page
+            and "<div" not in page and "plotly-graph-div" not in page)
+
+
+def adapt_outputs(nb, prefix: str = "chart") -> tuple[object, int, int]:
+    """A copy of ``nb`` whose outputs render statically: plotly charts and widgets replaced.
+
+    Returns:
+        (new notebook, number of plotly charts, number of widget outputs replaced).
+    """
+    nb = copy.deepcopy(nb)
+    charts = widgets = 0
+    for cell in nb.cells:
+        if "outputs" not in cell:
+            continue
+        # plotly's "notebook_connected" set-up output only imports plotly.js from its CDN
+        cell.outputs = [o for o in cell.outputs if not _is_plotly_loader(o)]
+        for output in cell.outputs:
+            data = output.get("data")
+            if not data:
+                continue
+            if PLOTLY_MIME in data:
+                figure = data[PLOTLY_MIME]
+                if isinstance(figure, str):
+                    figure = json.loads(figure)
+                charts += 1
+                png = data.get("image/png")
+                output["data"] = {"text/html": _chart_html(figure, f"{prefix}-{charts}", png),
+                                  "text/plain": "<plotly chart>"}
+                output["metadata"] = {}
+            elif WIDGET_MIME in data:
+                widgets += 1
+                note = f'<p class="book-note book-widget">{WIDGET_NOTE}</p>'
+                output["data"] = {"text/html": note, "text/plain": WIDGET_NOTE}
+                output["metadata"] = {}
+    nb.metadata.pop("widgets", None)        # no stored widget state: no widget manager script
+    return nb, charts, widgets
+
+
+_STYLE = """<style>
+.book-note { border-left: 4px solid #999; background: #f5f5f5; padding: 0.5em 0.8em; color: #333;
+             font-style: italic; }
+.book-nav { font-family: sans-serif; padding: 0.6em 1em; border-bottom: 1px solid #ddd; }
+</style>"""
+
+
+def _fix_links(body: str, targets: dict[str, str], depth_prefix: str) -> str:
+    """Point relative ``.ipynb`` links at the book's pages where the book has that notebook."""
+    def repl(match: re.Match) -> str:
+        href, anchor = match.group(1), match.group(2) or ""
+        if "://" in href:
+            return match.group(0)
+        name = pathlib.PurePosixPath(href).name
+        if name not in targets:
+            return match.group(0)
+        return f'href="{depth_prefix}{targets[name]}{anchor}"'
+    return re.sub(r'href="([^"#]+\.ipynb)(#[^"]*)?"', repl, body)
+
+
+def _render(nb, title: str, plotly: bool, nav: str) -> str:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
+    head = _STYLE
+    if plotly:   # before require.js, so plotly.js defines window.Plotly as a plain script
+        head = f'<script charset="utf-8" src="../{PLOTLY_JS}"></script>\n' + head
+    body = re.sub(r"(<head[^>]*>)", lambda m: m.group(1) + "\n" + head, body, count=1)
+    body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + "\n" + nav, body, count=1)
+    return body
+
+
+def _index_html(pages: list[Page]) -> str:
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             "<title>GPU CNN workbook</title>",
+             "<style>body{font-family:sans-serif;max-width:52em;margin:2em auto;line-height:1.45;"
+             "padding:0 1em} li{margin:0.5em 0} .summary{color:#444}</style></head><body>",
+             "<h1>GPU CNN workbook</h1>",
+             "<p>Why and how GPUs make convolutional networks fast, after the ICPP 2016 study "
+             "<em>Performance Analysis of GPU-based Convolutional Neural Networks</em>. "
+             "These pages "
+             "show the notebooks with their stored outputs; charts are interactive, widgets need "
+             "a running notebook (JupyterLab or Colab).</p>"]
+    for section, heading, _ in SECTIONS:
+        members = [p for p in pages if p.section == section]
+        if not members:
+            continue
+        parts.append(f"<h2>{heading}</h2>\n<ol>")
+        for page in members:
+            summary = (f' <span class="summary">{html.escape(page.summary)}</span>'
+                       if page.summary else "")
+            parts.append(f'<li><a href="{page.href}">{html.escape(page.title)}</a>{summary}</li>')
+        parts.append("</ol>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebooks",
+               labs_dir: pathlib.Path = ROOT / "labs", only: list[str] | None = None,
+               log=None) -> list[Page]:
+    """Write the book into ``out``: one page per notebook, ``index.html`` and ``plotly.min.js``.
+
+    Args:
+        out: output folder (created; existing pages are overwritten).
+        notebooks_dir, labs_dir: where the notebooks and labs are (see :func:`collect`).
+        only: file-name prefixes to keep (all when ``None``).
+        log: called with one line per page (e.g. ``print``), or ``None``.
+
+    Returns:
+        The pages written, in order.
+
+    Raises:
+        ValueError: if no notebook was found.
+    """
+    import nbformat
+
+    sources = collect(notebooks_dir, labs_dir, only)
+    if not sources:
+        raise ValueError(f"no notebooks found in {notebooks_dir} or {labs_dir}")
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = {path.name: f"{section}/{path.with_suffix('.html').name}"
+               for section, path in sources}
+    pages = []
+    for section, path in sources:
+        nb = nbformat.read(path, as_version=4)
+        title, summary = describe(nb, path.stem)
+        adapted, charts, widgets = adapt_outputs(nb)
+        page = Page(section, path, targets[path.name], title, summary, charts, widgets)
+        nav = (f'<nav class="book-nav"><a href="../index.html">&larr; contents</a> &middot; '
+               f'{html.escape(title)}</nav>')
+        body = _fix_links(_render(adapted, title, charts > 0, nav), targets, "../")
+        target = out / page.href
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(body, encoding="utf-8")
+        pages.append(page)
+        if log:
+            log(f"{page.href:<45} {charts:3d} charts {widgets:2d} widgets")
+    if any(p.charts for p in pages):
+        import plotly
+
+        shutil.copyfile(pathlib.Path(plotly.__file__).parent / "package_data" / PLOTLY_JS,
+                        out / PLOTLY_JS)
+    (out / "index.html").write_text(_index_html(pages), encoding="utf-8")
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.book",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "build" / "book")
+    parser.add_argument("--notebooks", type=pathlib.Path, default=ROOT / "notebooks")
+    parser.add_argument("--labs", type=pathlib.Path, default=ROOT / "labs")
+    parser.add_argument("--only", nargs="*", help="file-name prefixes to include (e.g. 00 06 lab1)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        pages = build_book(args.out, args.notebooks, args.labs, args.only, log=print)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+    print(f"{len(pages)} pages in {args.out}/ ({size / 1e6:.1f} MB) in "
+          f"{time.perf_counter() - start:.1f} s; open {args.out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

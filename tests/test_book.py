@@ -1,0 +1,122 @@
+import helpers  # noqa: F401
+
+# Tests of helpers.book: the static HTML book built from stored outputs (`make book`).
+
+import pathlib
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from helpers import book
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+FIGURE = {"data": [{"type": "scatter", "x": [1, 2, 3], "y": [4, 1, 9], "name": "direct"}],
+          "layout": {"title": {"text": "runtime"}, "height": 300}}
+WIDGET = {"model_id": "0123456789abcdef", "version_major": 2, "version_minor": 0}
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
+       "rkJggg==")
+
+
+def _notebook(title: str, sentence: str, outputs: list) -> nbformat.NotebookNode:
+    nb = new_notebook()
+    nb.cells = [new_markdown_cell(f"# {title}\n\n{sentence} More text follows here.\n\n"
+                                  "See [the other one](01_widget.ipynb)."),
+                new_code_cell("show()", outputs=outputs, execution_count=1)]
+    return nb
+
+
+def _write(folder: pathlib.Path, name: str, nb) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / name)
+
+
+@pytest.fixture
+def sources(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    notebooks, labs = tmp_path / "notebooks", tmp_path / "labs"
+    stored = '<script src="https://cdn.plot.ly/x.js"></script><div>stored</div>'
+    plotly_out = new_output("display_data", data={book.PLOTLY_MIME: FIGURE, "text/html": stored})
+    loader = new_output("display_data", data={
+        "text/html": '<script type="module">import "https://cdn.plot.ly/p.min"</script>'})
+    _write(notebooks, "00_chart.ipynb",
+           _notebook("00 · A chart", "Charts teach runtime.", [loader, plotly_out]))
+    widget_out = new_output("display_data", data={book.WIDGET_MIME: WIDGET,
+                                                  "text/plain": "VBox(children=(IntSlider()))"})
+    png_chart = new_output("display_data", data={book.PLOTLY_MIME: FIGURE, "image/png": PNG})
+    _write(notebooks, "01_widget.ipynb",
+           _notebook("01 · A widget", "Widgets teach sweeps.", [widget_out, png_chart]))
+    _write(labs, "lab1_kernels.ipynb", _notebook("Lab 1 · Kernels", "Write a kernel.", []))
+    _write(labs / "solutions", "lab1_kernels.ipynb",
+           _notebook("Lab 1 · SOLUTION", "The answer.", []))
+    return notebooks, labs
+
+
+def test_book_pages_index_and_plotly(sources, tmp_path):
+    notebooks, labs = sources
+    out = tmp_path / "book"
+    pages = book.build_book(out, notebooks, labs)
+    assert [p.href for p in pages] == ["notebooks/00_chart.html", "notebooks/01_widget.html",
+                                       "labs/lab1_kernels.html"]
+    for page in pages:
+        assert (out / page.href).is_file()
+    assert (out / book.PLOTLY_JS).stat().st_size > 1_000_000      # the local plotly.js copy
+    index = (out / "index.html").read_text(encoding="utf-8")
+    order = [index.index(href) for href in (p.href for p in pages)]
+    assert order == sorted(order)
+    assert "00 · A chart" in index and "Charts teach runtime." in index
+    assert "More text follows" not in index                       # first sentence only
+
+    chart = (out / "notebooks/00_chart.html").read_text(encoding="utf-8")
+    assert pages[0].charts == 1
+    assert 'class="plotly-graph-div"' in chart and "Plotly.newPlot" in chart
+    assert chart.count(f'src="../{book.PLOTLY_JS}"') == 1          # plotly.js once, local
+    assert chart.index(f'src="../{book.PLOTLY_JS}"') < chart.index("</head>")
+    assert "cdn.plot.ly" not in chart                              # stored CDN loaders dropped
+    assert "<noscript>" in chart and "needs JavaScript" in chart
+    assert 'href="../notebooks/01_widget.html"' in chart           # .ipynb links point to pages
+
+
+def test_book_widget_note_and_png_fallback(sources, tmp_path):
+    notebooks, labs = sources
+    out = tmp_path / "book"
+    pages = book.build_book(out, notebooks, labs)
+    page = (out / "notebooks/01_widget.html").read_text(encoding="utf-8")
+    assert pages[1].widgets == 1
+    assert book.WIDGET_NOTE in page
+    assert WIDGET["model_id"] not in page and book.WIDGET_MIME not in page
+    assert f"data:image/png;base64,{PNG}" in page                  # static fallback uses the png
+    labs_page = (out / "labs/lab1_kernels.html").read_text(encoding="utf-8")
+    assert book.PLOTLY_JS not in labs_page                        # no charts, no plotly.js
+
+
+def test_book_excludes_solutions(sources, tmp_path):
+    notebooks, labs = sources
+    out = tmp_path / "book"
+    pages = book.build_book(out, notebooks, labs)
+    assert all("solutions" not in p.source.parts for p in pages)
+    assert not (out / "labs" / "solutions").exists()
+    assert not any("SOLUTION" in f.read_text(encoding="utf-8") for f in out.rglob("*.html"))
+
+
+def test_book_cli_and_empty(sources, tmp_path, capsys):
+    notebooks, labs = sources
+    out = tmp_path / "cli"
+    assert book.main(["--out", str(out), "--notebooks", str(notebooks), "--labs", str(labs),
+                      "--only", "01"]) == 0
+    assert sorted(p.name for p in out.rglob("*.html")) == ["01_widget.html", "index.html"]
+    assert "1 pages" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no notebooks"):
+        book.build_book(tmp_path / "none", tmp_path / "missing", tmp_path / "missing")
+
+
+def test_book_from_real_notebooks_00_and_06(tmp_path):
+    out = tmp_path / "book"
+    pages = book.build_book(out, ROOT / "notebooks", ROOT / "labs", only=["00", "06"])
+    assert [p.source.name[:2] for p in pages] == ["00", "06"]
+    assert pages[0].title.startswith("00") and pages[0].summary
+    page = (out / pages[1].href).read_text(encoding="utf-8")
+    assert pages[1].charts >= 1
+    assert 'class="plotly-graph-div"' in page and "Plotly.newPlot" in page
+    assert f'src="../{book.PLOTLY_JS}"' in page and (out / book.PLOTLY_JS).is_file()
+    assert book.WIDGET_MIME not in page
