@@ -527,3 +527,70 @@ def info() -> BackendInfo:
 def describe() -> str:
     """The environment report as aligned text (see :func:`info`)."""
     return str(info())
+
+
+# --------------------------------------------------------------------------------------------
+# A driver older than the CUDA that Numba compiles for (numba-cuda#120, seen in Colab).
+# --------------------------------------------------------------------------------------------
+
+#: The driver error a too-new PTX gives at link time.
+PTX_ERROR_TEXT = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+
+__all__ += ["PTX_ERROR_TEXT", "ptx_check"]
+
+
+def _launch_trivial_kernel() -> None:
+    """Compile and launch a one-thread kernel, so compile and link errors surface here."""
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def _add_one(a):
+        a[0] += 1
+
+    out = cuda.to_device(np.zeros(1, dtype=np.float32))
+    _add_one[1, 1](out)
+    cuda.synchronize()
+
+
+def _driver_cuda_label() -> tuple[str, str]:
+    """(``"12.4"``, ``"cu12"``) for the driver's CUDA version, or ("unknown", "cu12") if unknown."""
+    v = _DRIVER_CUDA_VERSION
+    if not v:
+        return "unknown", "cu12"
+    return f"{v // 1000}.{(v % 1000) // 10}", f"cu{v // 1000}"
+
+
+def ptx_check() -> str | None:
+    """On a GPU, compile and launch a trivial kernel; explain a too-old driver if that fails.
+
+    Numba compiles kernels to PTX for the CUDA version of its compiler wheels; a driver older
+    than that rejects the PTX with ``CUDA_ERROR_UNSUPPORTED_PTX_VERSION`` (numba-cuda#120, seen
+    in Google Colab). Checking once, up front, lets a learner see the fix instead of a linker
+    traceback deep inside the first kernel launch.
+
+    Returns:
+        None without a GPU (simulator), or when the launch works. Otherwise a message: for the
+        PTX error, what it means and how to fix it; for any other failure, the error itself.
+    """
+    if MODE != "gpu":
+        return None
+    try:
+        _launch_trivial_kernel()
+    except Exception as exc:  # noqa: BLE001 - any failure here is reported, not raised
+        text = f"{type(exc).__name__}: {exc}"
+        if PTX_ERROR_TEXT not in text:
+            return f"A trivial Numba CUDA kernel failed to run on this GPU:\n{text}"
+        cuda_version, extra = _driver_cuda_label()
+        return (
+            f"Numba CUDA kernels cannot run here: the GPU driver (supports CUDA {cuda_version}) "
+            f"is older than the CUDA that Numba compiles for, so it rejects the compiled code "
+            f"({PTX_ERROR_TEXT}, numba-cuda issue #120).\n"
+            f"Fix: install the numba-cuda wheels for your driver's CUDA major version, then "
+            f"restart the kernel (in Colab: Runtime > Restart session) and run the notebook "
+            f"again:\n"
+            f'    pip install "numba-cuda[{extra}]"\n'
+            f"or, on your own machine, update the NVIDIA driver.\n"
+            f"(Error was: {text.splitlines()[0]})"
+        )
+    return None
