@@ -30,7 +30,7 @@ import numpy as np
 __all__ = ["Report", "Case", "check_cases", "compare", "random_array"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Report:
     """The outcome of one check.
 
@@ -55,6 +55,8 @@ class Report:
         mark = {"passed": "PASSED", "not implemented": "NOT IMPLEMENTED YET"}.get(self.status,
                                                                                   "FAILED")
         return f"{self.name}: {mark}. {self.message}"
+
+    __repr__ = __str__  # what a notebook shows where HTML is not rendered
 
     def _repr_html_(self) -> str:
         colour = {"passed": "#009E73", "not implemented": "#666666"}.get(self.status, "#D55E00")
