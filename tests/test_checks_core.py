@@ -62,3 +62,15 @@ def test_compare_tolerance_is_relative_to_the_largest_value():
     exp = np.array([1000.0, 1.0])
     assert compare(exp + [0.05, 0.05], exp, rtol=1e-4) is None
     assert "relative" in compare(exp + [0.5, 0.0], exp, rtol=1e-4)
+
+
+def test_a_wrong_result_the_runner_detects_fails_its_case_with_its_hint():
+    from helpers.checks import WrongResult
+
+    def runner(x):
+        raise WrongResult("a thread wrote past the end of out", hint="check i < n")
+
+    report = check_cases("relu", runner, CASES, hint="unused")
+    assert report.status == "failed" and report.cases_run == 1
+    assert report.message == ("on x of shape (3, 5): a thread wrote past the end of out.\n"
+                              "Hint: check i < n")

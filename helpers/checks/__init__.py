@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Report", "Case", "check_cases", "compare", "random_array"]
+__all__ = ["Report", "Case", "WrongResult", "check_cases", "compare", "random_array"]
 
 
 @dataclasses.dataclass(repr=False)
@@ -65,6 +65,16 @@ class Report:
         return (f"<div style='border-left:4px solid {colour};padding:0.4em 0.8em'>"
                 f"<b>{html.escape(self.name)}: {mark}</b><br>"
                 f"{html.escape(self.message).replace(chr(10), '<br>')}</div>")
+
+
+class WrongResult(Exception):
+    """Raised by a checker's runner (not by the learner's code) for a wrong result that
+    :func:`compare` cannot describe: a write past the end of an array, a bad launch
+    configuration. :func:`check_cases` reports it as a failure of the case, with ``hint``."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclasses.dataclass
@@ -158,6 +168,12 @@ def check_cases(name: str, fn: Callable, cases: Iterable[Case],
         n += 1
         try:
             actual = fn(*case.args, **case.kwargs)
+        except WrongResult as exc:
+            message = f"on {case.description}: {exc}"
+            message += "" if message.endswith(("?", ".")) else "."
+            if exc.hint or hint:
+                message += f"\nHint: {exc.hint or hint}"
+            return Report(name, False, message, n, "failed")
         except NotImplementedError:
             return Report(name, False, "Replace the `raise NotImplementedError` in the TODO "
                           "cell with your code, run that cell, then run this check again.", n - 1,

@@ -49,7 +49,7 @@ import numpy as np
 from .. import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from numba import cuda  # noqa: E402
 
-from . import Case, Report, check_cases, random_array  # noqa: E402
+from . import Case, Report, WrongResult, check_cases, random_array  # noqa: E402
 
 __all__ = ["check_relu", "check_saxpy", "check_launch_config", "check_relu_grid_stride",
            "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES"]
@@ -79,35 +79,12 @@ _BOUNDS_HINT = ("the grid is rounded up to whole blocks, so threads of the last 
 # ---------------------------------------------------------------------------- common plumbing
 
 
-class _Wrong(Exception):
-    """A wrong result that :func:`helpers.checks.compare` cannot describe (a write past the end,
-    a bad launch configuration); the message and hint are shown to the learner as a failure."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+_Wrong = WrongResult
 
 
 def _check(name: str, run, cases: list[Case], hint: str | None) -> Report:
-    """:func:`helpers.checks.check_cases`, with :class:`_Wrong` reported as a failure of the case
-    that raised it (instead of as an exception in the learner's code)."""
-    found: list[_Wrong] = []
-
-    def guarded(*args, **kwargs):
-        try:
-            return run(*args, **kwargs)
-        except _Wrong as exc:
-            found.append(exc)
-            raise
-
-    report = check_cases(name, guarded, cases, hint)
-    if found:
-        wrong = found[0]
-        message = f"on {cases[report.cases_run - 1].description}: {wrong}."
-        if wrong.hint or hint:
-            message += f"\nHint: {wrong.hint or hint}"
-        return Report(name, False, message, report.cases_run, "failed")
-    return report
+    """:func:`helpers.checks.check_cases`; a :class:`WrongResult` from ``run`` fails its case."""
+    return check_cases(name, run, cases, hint)
 
 
 def _raises_not_implemented(fn) -> bool:

@@ -51,7 +51,7 @@ import numpy as np
 from .. import backend
 from numba import cuda  # noqa: E402
 
-from . import Case, Report, check_cases, compare, random_array  # noqa: E402
+from . import Case, Report, WrongResult, check_cases, compare, random_array  # noqa: E402
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes"]
@@ -90,41 +90,23 @@ def tiled_shapes(tile: int) -> list[tuple[int, int, int]]:
 # ---------------------------------------------------------------------------- common plumbing
 
 
-class _Wrong(Exception):
-    """A wrong result that :func:`helpers.checks.compare` cannot describe (an access outside a
-    matrix, no shared memory); the message and hint are shown to the learner as a failure."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+_Wrong = WrongResult
 
 
 def _check(name: str, run, cases: list[Case], hint: str | None) -> Report:
-    """:func:`helpers.checks.check_cases`, with :class:`_Wrong` and out-of-bounds
-    :class:`IndexError` from :func:`run_gemm` reported as a failure of the case that raised
-    them (instead of as an exception in the learner's code)."""
-    found: list[_Wrong] = []
+    """:func:`helpers.checks.check_cases`, with out-of-bounds :class:`IndexError` from
+    :func:`run_gemm` reported as a failure of the case that raised it (a
+    :class:`WrongResult`), not as an exception in the learner's code."""
 
     def guarded(*args, **kwargs):
         try:
             return run(*args, **kwargs)
-        except _Wrong as exc:
-            found.append(exc)
-            raise
         except IndexError as exc:
             if not str(exc).startswith("your kernel"):
                 raise
-            found.append(_Wrong(str(exc), _BOUNDS_HINT))
-            raise
+            raise WrongResult(str(exc), _BOUNDS_HINT) from exc
 
-    report = check_cases(name, guarded, cases, hint)
-    if found:
-        wrong = found[0]
-        message = f"on {cases[report.cases_run - 1].description}: {wrong}."
-        if wrong.hint or hint:
-            message += f"\nHint: {wrong.hint or hint}"
-        return Report(name, False, message, report.cases_run, "failed")
-    return report
+    return check_cases(name, guarded, cases, hint)
 
 
 _BOUNDS_HINT = ("the grid is rounded up to whole blocks, so some threads have a row i >= M or a "
