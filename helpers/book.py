@@ -10,17 +10,19 @@ Stored outputs are adapted for a page read offline:
 - plotly charts (``application/vnd.plotly.v1+json``) are re-rendered from their JSON as a ``div``
   and a ``Plotly.newPlot`` call, with plotly.js loaded once per page from a local copy
   (``plotly.min.js``, copied from the plotly package into the book's folder; no CDN). Where the
-  page cannot run JavaScript, a ``<noscript>`` fallback shows the output's ``image/png`` if it has
-  one, or else a note that the chart needs JavaScript.
+  page cannot run JavaScript, a ``<noscript>`` fallback shows a static image of the chart: the
+  output's own ``image/png`` if it has one, else an SVG drawn at build time by plotly's static
+  export (kaleido, which drives a Chrome or Chromium already on the machine), else (no browser,
+  or ``--no-images``) a note that the chart needs JavaScript.
 - plotly's set-up output (a script that imports plotly.js from its CDN) is dropped.
 - ipywidgets outputs (``application/vnd.jupyter.widget-view+json``) cannot be rendered without a
   kernel: a short note stands in their place instead of the widget's raw JSON.
 - links between notebooks (``01_....ipynb``) point to the pages (``01_....html``).
 
 Layout of the output folder: ``index.html``, ``plotly.min.js``, ``notebooks/NAME.html``,
-``labs/NAME.html``.
+``labs/NAME.html``, and the static images ``notebooks/NAME/chart-N.svg``.
 
-Usage: ``python -m helpers.book [--out build/book] [--only 00 06 ...]``.
+Usage: ``python -m helpers.book [--out build/book] [--only 00 06 ...] [--no-images]``.
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ import shutil
 import sys
 import time
 
-__all__ = ["Page", "collect", "describe", "adapt_outputs", "build_book", "main",
+__all__ = ["Page", "collect", "describe", "chart_figures", "adapt_outputs",
+           "write_static_images", "build_book", "main",
            "PLOTLY_MIME", "WIDGET_MIME", "WIDGET_NOTE", "PLOTLY_JS"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: Size in pixels of the static chart images where a figure does not set its own.
+STATIC_WIDTH, STATIC_HEIGHT = 1100, 450
 #: File name of the local plotly.js copy, at the top of the book's folder.
 PLOTLY_JS = "plotly.min.js"
 WIDGET_NOTE = ("Interactive widget: it needs a running Python kernel, so the book cannot show it. "
@@ -66,6 +71,7 @@ class Page:
         summary: the first sentence after that heading (plain text, may be empty).
         charts: plotly charts on the page.
         widgets: widget outputs replaced by a note.
+        images: static images of its charts written for readers without JavaScript.
     """
 
     section: str
@@ -75,6 +81,7 @@ class Page:
     summary: str
     charts: int = 0
     widgets: int = 0
+    images: int = 0
 
 
 def collect(notebooks_dir: pathlib.Path = ROOT / "notebooks",
@@ -141,8 +148,9 @@ def describe(nb, fallback: str) -> tuple[str, str]:
     return title or fallback, sentence
 
 
-def _chart_html(figure: dict, div_id: str, png: str | None) -> str:
-    """A plotly figure (its stored JSON) as a div, a ``Plotly.newPlot`` call and a fallback."""
+def _chart_html(figure: dict, div_id: str, png: str | None, image: str | None = None) -> str:
+    """A plotly figure (its stored JSON) as a div, a ``Plotly.newPlot`` call and a fallback:
+    ``png`` (base64) inline, else the image file at relative URL ``image``, else a note."""
     data = figure.get("data", [])
     layout = figure.get("layout", {})
     config = {"responsive": True, **figure.get("config", {})}
@@ -152,6 +160,9 @@ def _chart_html(figure: dict, div_id: str, png: str | None) -> str:
     no_plotly = json.dumps(f'<p class="book-note">{_NO_PLOTLY_NOTE}</p>')
     if png:
         fallback = f'<img alt="chart (static image)" src="data:image/png;base64,{png.strip()}">'
+    elif image:
+        fallback = (f'<img alt="chart (static image)" src="{html.escape(image)}" '
+                    f'style="max-width:100%">')
     else:
         fallback = f'<p class="book-note">{_CHART_NOTE}</p>'
     return (f'<div class="book-chart">\n'
@@ -176,13 +187,33 @@ def _is_plotly_loader(output) -> bool:
             and "<div" not in page and "plotly-graph-div" not in page)
 
 
-def adapt_outputs(nb, prefix: str = "chart") -> tuple[object, int, int]:
+def _figure(data: dict) -> dict:
+    figure = data[PLOTLY_MIME]
+    return json.loads(figure) if isinstance(figure, str) else figure
+
+
+def chart_figures(nb) -> list[dict]:
+    """The plotly figures (stored JSON) among ``nb``'s outputs, in the order
+    :func:`adapt_outputs` numbers them (chart 1 first)."""
+    return [_figure(o["data"]) for cell in nb.cells for o in cell.get("outputs", [])
+            if PLOTLY_MIME in (o.get("data") or {})]
+
+
+def adapt_outputs(nb, prefix: str = "chart",
+                  images: dict[int, str] | None = None) -> tuple[object, int, int]:
     """A copy of ``nb`` whose outputs render statically: plotly charts and widgets replaced.
+
+    Args:
+        nb: the notebook (not modified).
+        prefix: the charts' ``div`` ids are ``PREFIX-N``, N counting from 1.
+        images: static image URL (relative to the page) by chart number N, for the fallback
+            shown without JavaScript; charts without one fall back to their stored PNG or a note.
 
     Returns:
         (new notebook, number of plotly charts, number of widget outputs replaced).
     """
     nb = copy.deepcopy(nb)
+    images = images or {}
     charts = widgets = 0
     for cell in nb.cells:
         if "outputs" not in cell:
@@ -194,13 +225,11 @@ def adapt_outputs(nb, prefix: str = "chart") -> tuple[object, int, int]:
             if not data:
                 continue
             if PLOTLY_MIME in data:
-                figure = data[PLOTLY_MIME]
-                if isinstance(figure, str):
-                    figure = json.loads(figure)
                 charts += 1
-                png = data.get("image/png")
-                output["data"] = {"text/html": _chart_html(figure, f"{prefix}-{charts}", png),
-                                  "text/plain": "<plotly chart>"}
+                output["data"] = {
+                    "text/html": _chart_html(_figure(data), f"{prefix}-{charts}",
+                                             data.get("image/png"), images.get(charts)),
+                    "text/plain": "<plotly chart>"}
                 output["metadata"] = {}
             elif WIDGET_MIME in data:
                 widgets += 1
@@ -209,6 +238,36 @@ def adapt_outputs(nb, prefix: str = "chart") -> tuple[object, int, int]:
                 output["metadata"] = {}
     nb.metadata.pop("widgets", None)        # no stored widget state: no widget manager script
     return nb, charts, widgets
+
+
+def write_static_images(figures: list[dict], paths: list[pathlib.Path]) -> str | None:
+    """Draw each figure as an SVG file with plotly's static export (kaleido).
+
+    kaleido drives a Chrome or Chromium that is already installed (it downloads nothing here).
+
+    Returns:
+        None when every image was written, else why none were (no kaleido, no browser found):
+        the caller falls back to a note.
+    """
+    if not figures:
+        return None
+    try:
+        import plotly.io as pio
+
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # The figure's own size where it sets one, else a page's width: plotly's default for a
+        # static image (700 x 500 px) crowds the subplots.
+        layouts = [f.get("layout", {}) for f in figures]
+        pio.write_images([dict(f) for f in figures], paths, format="svg",
+                         width=[lay.get("width") or STATIC_WIDTH for lay in layouts],
+                         height=[lay.get("height") or STATIC_HEIGHT for lay in layouts])
+    except Exception as exc:  # noqa: BLE001 - no browser or no kaleido: the book still builds
+        for path in paths:
+            path.unlink(missing_ok=True)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{type(exc).__name__}: {first}"[:300]
+    return None
 
 
 _STYLE = """<style>
@@ -270,7 +329,7 @@ def _index_html(pages: list[Page]) -> str:
 
 def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebooks",
                labs_dir: pathlib.Path = ROOT / "labs", only: list[str] | None = None,
-               log=None) -> list[Page]:
+               log=None, images: bool = True) -> list[Page]:
     """Write the book into ``out``: one page per notebook, ``index.html`` and ``plotly.min.js``.
 
     Args:
@@ -278,9 +337,11 @@ def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebook
         notebooks_dir, labs_dir: where the notebooks and labs are (see :func:`collect`).
         only: file-name prefixes to keep (all when ``None``).
         log: called with one line per page (e.g. ``print``), or ``None``.
+        images: draw every chart as a static SVG for readers without JavaScript (about half a
+            second a chart; skipped with a logged reason where no Chrome or Chromium is found).
 
     Returns:
-        The pages written, in order.
+        The pages written, in order (``Page.images``: static images written for the page).
 
     Raises:
         ValueError: if no notebook was found.
@@ -294,12 +355,30 @@ def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebook
     out.mkdir(parents=True, exist_ok=True)
     targets = {path.name: f"{section}/{path.with_suffix('.html').name}"
                for section, path in sources}
+    notebooks = [nbformat.read(path, as_version=4) for _, path in sources]
+
+    # Static images first, all in one batch (one browser start), so each page knows its own.
+    image_urls: list[dict[int, str]] = [{} for _ in sources]
+    if images:
+        figures, paths, where = [], [], []
+        for k, ((section, path), nb) in enumerate(zip(sources, notebooks)):
+            for n, figure in enumerate(chart_figures(nb), start=1):
+                figures.append(figure)
+                paths.append(out / section / path.stem / f"chart-{n}.svg")
+                where.append((k, n, f"{path.stem}/chart-{n}.svg"))
+        problem = write_static_images(figures, paths)
+        if problem is None:
+            for k, n, url in where:
+                image_urls[k][n] = url
+        elif log:
+            log(f"static images skipped ({problem}); pages without JavaScript show a note")
+
     pages = []
-    for section, path in sources:
-        nb = nbformat.read(path, as_version=4)
+    for (section, path), nb, urls in zip(sources, notebooks, image_urls):
         title, summary = describe(nb, path.stem)
-        adapted, charts, widgets = adapt_outputs(nb)
-        page = Page(section, path, targets[path.name], title, summary, charts, widgets)
+        adapted, charts, widgets = adapt_outputs(nb, images=urls)
+        page = Page(section, path, targets[path.name], title, summary, charts, widgets,
+                    len(urls))
         nav = (f'<nav class="book-nav"><a href="../index.html">&larr; contents</a> &middot; '
                f'{html.escape(title)}</nav>')
         body = _fix_links(_render(adapted, title, charts > 0, nav), targets, "../")
@@ -308,7 +387,7 @@ def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebook
         target.write_text(body, encoding="utf-8")
         pages.append(page)
         if log:
-            log(f"{page.href:<45} {charts:3d} charts {widgets:2d} widgets")
+            log(f"{page.href:<45} {charts:3d} charts {widgets:2d} widgets {len(urls):3d} images")
     if any(p.charts for p in pages):
         import plotly
 
@@ -325,10 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=pathlib.Path, default=ROOT / "notebooks")
     parser.add_argument("--labs", type=pathlib.Path, default=ROOT / "labs")
     parser.add_argument("--only", nargs="*", help="file-name prefixes to include (e.g. 00 06 lab1)")
+    parser.add_argument("--no-images", action="store_true",
+                        help="skip the static SVG images of the charts (faster; pages without "
+                             "JavaScript then show a note instead)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        pages = build_book(args.out, args.notebooks, args.labs, args.only, log=print)
+        pages = build_book(args.out, args.notebooks, args.labs, args.only, log=print,
+                           images=not args.no_images)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2

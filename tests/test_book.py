@@ -55,7 +55,7 @@ def sources(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
 def test_book_pages_index_and_plotly(sources, tmp_path):
     notebooks, labs = sources
     out = tmp_path / "book"
-    pages = book.build_book(out, notebooks, labs)
+    pages = book.build_book(out, notebooks, labs, images=False)
     assert [p.href for p in pages] == ["notebooks/00_chart.html", "notebooks/01_widget.html",
                                        "labs/lab1_kernels.html"]
     for page in pages:
@@ -80,7 +80,7 @@ def test_book_pages_index_and_plotly(sources, tmp_path):
 def test_book_widget_note_and_png_fallback(sources, tmp_path):
     notebooks, labs = sources
     out = tmp_path / "book"
-    pages = book.build_book(out, notebooks, labs)
+    pages = book.build_book(out, notebooks, labs, images=False)
     page = (out / "notebooks/01_widget.html").read_text(encoding="utf-8")
     assert pages[1].widgets == 1
     assert book.WIDGET_NOTE in page
@@ -93,7 +93,7 @@ def test_book_widget_note_and_png_fallback(sources, tmp_path):
 def test_book_excludes_solutions(sources, tmp_path):
     notebooks, labs = sources
     out = tmp_path / "book"
-    pages = book.build_book(out, notebooks, labs)
+    pages = book.build_book(out, notebooks, labs, images=False)
     assert all("solutions" not in p.source.parts for p in pages)
     assert not (out / "labs" / "solutions").exists()
     assert not any("SOLUTION" in f.read_text(encoding="utf-8") for f in out.rglob("*.html"))
@@ -103,7 +103,7 @@ def test_book_cli_and_empty(sources, tmp_path, capsys):
     notebooks, labs = sources
     out = tmp_path / "cli"
     assert book.main(["--out", str(out), "--notebooks", str(notebooks), "--labs", str(labs),
-                      "--only", "01"]) == 0
+                      "--only", "01", "--no-images"]) == 0
     assert sorted(p.name for p in out.rglob("*.html")) == ["01_widget.html", "index.html"]
     assert "1 pages" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no notebooks"):
@@ -112,7 +112,8 @@ def test_book_cli_and_empty(sources, tmp_path, capsys):
 
 def test_book_from_real_notebooks_00_and_06(tmp_path):
     out = tmp_path / "book"
-    pages = book.build_book(out, ROOT / "notebooks", ROOT / "labs", only=["00", "06"])
+    pages = book.build_book(out, ROOT / "notebooks", ROOT / "labs", only=["00", "06"],
+                            images=False)
     assert [p.source.name[:2] for p in pages] == ["00", "06"]
     assert pages[0].title.startswith("00") and pages[0].summary
     page = (out / pages[1].href).read_text(encoding="utf-8")
@@ -120,3 +121,37 @@ def test_book_from_real_notebooks_00_and_06(tmp_path):
     assert 'class="plotly-graph-div"' in page and "Plotly.newPlot" in page
     assert f'src="../{book.PLOTLY_JS}"' in page and (out / book.PLOTLY_JS).is_file()
     assert book.WIDGET_MIME not in page
+
+
+def test_static_images_fall_back_to_a_note_without_a_browser(sources, tmp_path, monkeypatch):
+    """No Chrome for kaleido: the book still builds, says why, and pages show the note."""
+    import plotly.io as pio
+
+    def no_browser(figures, paths, **kwargs):
+        paths[0].write_text("<svg>partial</svg>")     # a half-written batch is cleaned up
+        raise RuntimeError("Could not find Chrome\nmore detail")
+
+    monkeypatch.setattr(pio, "write_images", no_browser)
+    notebooks, labs = sources
+    out = tmp_path / "book"
+    lines: list[str] = []
+    pages = book.build_book(out, notebooks, labs, log=lines.append)
+    assert [p.images for p in pages] == [0, 0, 0]
+    assert any(line.startswith("static images skipped (RuntimeError: Could not find Chrome)")
+               for line in lines)
+    assert not list(out.rglob("*.svg"))
+    chart = (out / "notebooks/00_chart.html").read_text(encoding="utf-8")
+    assert "needs JavaScript" in chart and ".svg" not in chart
+
+
+def test_chart_figures_and_image_fallback_order(sources):
+    notebooks, _ = sources
+    nb = nbformat.read(notebooks / "01_widget.ipynb", as_version=4)
+    assert book.chart_figures(nb) == [FIGURE]
+    adapted, charts, _ = book.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
+    html = adapted.cells[1].outputs[1]["data"]["text/html"]
+    assert charts == 1 and f"data:image/png;base64,{PNG}" in html and ".svg" not in html
+    nb.cells[1].outputs[1]["data"].pop("image/png")          # no stored PNG: the drawn SVG
+    adapted, _, _ = book.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
+    html = adapted.cells[1].outputs[1]["data"]["text/html"]
+    assert '<img alt="chart (static image)" src="01_widget/chart-1.svg"' in html
