@@ -1,0 +1,222 @@
+"""The explorers in JupyterLab, and the book's pages, in a real headless browser.
+
+What nbval cannot see: that the widgets and plotly charts render in JupyterLab, that moving a
+control reaches the kernel and redraws the chart, and that nothing fails in the page while it
+happens. Each test starts its own JupyterLab on 127.0.0.1 over copies of the notebooks (so the
+stored notebooks are never saved over), runs every cell through the Kernel menu as a student
+would, works a control, and saves a screenshot under ``build/browser/``.
+
+The book (``make book``) is opened from its files, as a reader would: its charts must be drawn
+by the local plotly.js, and with JavaScript off its static images must show instead.
+
+Run alone with ``pytest -m browser``; see ``tests/browser.py`` for what they need.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import nbformat
+import pytest
+
+from helpers import book
+
+from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
+                     chromium, error_outputs, require_browser, run_all_cells, wait_for_change)
+
+pytestmark = pytest.mark.browser
+
+WIDGET_FAILURES = ("Error displaying widget", "Error rendering", "Model not found")
+
+#: What the notebooks fetch from the internet: the "Open in Colab" badge, and plotly.js for
+#: front ends that render the charts' HTML fallback instead of plotly's own mime type.
+EXTERNAL_HOSTS = {"colab.research.google.com", "cdn.plot.ly"}
+#: What a book page fetches from the internet: the badge, and nbconvert's page template's
+#: require.js and MathJax (for formulas). Its charts need none of them.
+BOOK_EXTERNAL_HOSTS = {"colab.research.google.com", "cdnjs.cloudflare.com", "cdn.jsdelivr.net"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium(require_browser()) as b:
+        yield b
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server over a folder holding copies of notebooks 01 and 06."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("01_cpu_vs_gpu_throughput.ipynb", "06_head_to_head.ipynb"):
+        shutil.copy(ROOT / "notebooks" / name, root / name)
+    server = LabServer(root, tmp_path / "home")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page(browser, lab):
+    # Tall enough that an explorer's controls and first chart fit on screen together.
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    yield page
+    page.close()
+
+
+def open_and_run(page, lab, name: str) -> PageErrors:
+    """Open notebook ``name``, run all its cells, and check that every one ran cleanly."""
+    errors = PageErrors(page)
+    page.goto(lab.notebook_url(name))
+    prompts = run_all_cells(page, lab, timeout_s=600)
+    not_run = [i for i, p in enumerate(prompts) if not p[1:-2].isdigit()]
+    assert not not_run, f"code cells {not_run} did not run: {prompts}"
+    assert error_outputs(page) == []
+    text = page.locator(".jp-Notebook").inner_text()
+    assert not [w for w in WIDGET_FAILURES if w in text]
+    return errors
+
+
+def check_bars(state: dict) -> None:
+    """A runtime bar chart with at least one finite, positive bar."""
+    ys = [y for trace in state["traces"] for y in trace["y"]]
+    assert ys and all(isinstance(y, (int, float)) and math.isfinite(y) and y > 0 for y in ys)
+
+
+def test_checks_catch_a_failing_notebook(browser, tmp_path):
+    """The checks above can fail: a cell that raises shows up, and the cells after it do not run."""
+    require_browser()
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("print('fine')"),
+        nbformat.v4.new_code_cell("raise ValueError('planted failure')"),
+        nbformat.v4.new_code_cell("print('never reached')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, root / "failing.ipynb")
+    server = LabServer(root, tmp_path / "home")
+    page = browser.new_page()
+    try:
+        page.goto(server.notebook_url("failing.ipynb"))
+        prompts = run_all_cells(page, server, timeout_s=120)
+        assert prompts == ["[1]:", "[2]:", "[ ]:"]
+        errors = error_outputs(page)
+        assert len(errors) == 1 and "ValueError: planted failure" in errors[0]
+    finally:
+        page.close()
+        server.stop()
+
+
+def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
+    """Notebook 06: move the kernel-size slider; the runtime chart is re-measured for k = 6."""
+    errors = open_and_run(page, lab, "06_head_to_head.ipynb")
+    cell = cell_with(page, ".widget-slider", "kernel size k")
+    runtime = cell.locator(".js-plotly-plot").first
+    runtime.scroll_into_view_if_needed()
+    before = chart_state(runtime)
+    assert "(b, i, f, k, s) = (2, 32, 16, 5, 1)" in before["title"]
+    check_bars(before)
+
+    slider = cell.locator(".widget-slider", has_text="kernel size k")
+    slider.locator(".noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    after = wait_for_change(runtime, before)
+    if "(2, 32, 16, 6, 1)" not in after["title"]:  # the chart may redraw in two steps
+        after = wait_for_change(runtime, after)
+    assert "(b, i, f, k, s) = (2, 32, 16, 6, 1)" in after["title"]
+    check_bars(after)
+    assert [t["x"] for t in after["traces"]] == [t["x"] for t in before["traces"]]
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    cell.screenshot(path=str(SCREENSHOTS / "06_conv_explorer.png"))
+    assert error_outputs(page) == []
+    assert errors.lines == []
+    assert errors.external_hosts <= EXTERNAL_HOSTS
+
+
+def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
+    """Notebook 01: choose GEMM instead of ReLU; the runtime chart is re-measured for GEMM."""
+    errors = open_and_run(page, lab, "01_cpu_vs_gpu_throughput.ipynb")
+    cell = cell_with(page, ".widget-text", "smallest size")
+    runtime = cell.locator(".js-plotly-plot").first
+    runtime.scroll_into_view_if_needed()
+    before = chart_state(runtime)
+    assert before["title"].startswith("relu: median time per call")
+    check_bars(before)
+
+    cell.locator(".widget-dropdown", has_text="operation").locator("select").select_option(
+        label="GEMM (n x n)")
+    after = wait_for_change(runtime, before)
+    assert after["title"].startswith("gemm: median time per call")
+    check_bars(after)
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    cell.screenshot(path=str(SCREENSHOTS / "01_throughput_explorer.png"))
+    assert error_outputs(page) == []
+    assert errors.lines == []
+    assert errors.external_hosts <= EXTERNAL_HOSTS
+
+
+@pytest.fixture(scope="module")
+def book_06(tmp_path_factory):
+    """The book's page of notebook 06 (and the index), with its static images."""
+    out = tmp_path_factory.mktemp("book")
+    pages = book.build_book(out, ROOT / "notebooks", ROOT / "labs", only=["06"])
+    (page,) = pages
+    assert page.charts >= 1
+    return out, page
+
+
+def test_book_page_draws_its_charts(browser, book_06):
+    """With JavaScript: every chart of the page is drawn by plotly.js, with its data."""
+    require_browser()
+    out, info = book_06
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        errors = PageErrors(page)
+        page.goto((out / info.href).as_uri())
+        page.wait_for_function(
+            "n => document.querySelectorAll('.js-plotly-plot .main-svg').length >= n",
+            arg=info.charts, timeout=60_000)
+        charts = page.locator(".js-plotly-plot")
+        assert charts.count() == info.charts
+        # Each chart draws the stored figure's traces, point for point.
+        stored = book.chart_figures(nbformat.read(info.source, as_version=4))
+        drawn = [chart_state(charts.nth(k)) for k in range(info.charts)]
+        assert [[len(t.get("y", [])) for t in f["data"]] for f in stored] == \
+               [[len(t["y"]) for t in d["traces"]] for d in drawn]
+        assert sum(len(t["y"]) for d in drawn for t in d["traces"]) > 0
+        first = charts.first
+        first.scroll_into_view_if_needed()
+        assert first.locator(".main-svg").first.bounding_box()["height"] > 100
+        assert "needs" not in page.locator(".book-chart").first.inner_text()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        first.screenshot(path=str(SCREENSHOTS / "book_06_chart.png"))
+        assert errors.lines == []
+        assert errors.external_hosts <= BOOK_EXTERNAL_HOSTS
+    finally:
+        page.close()
+
+
+def test_book_page_without_javascript_shows_static_images(browser, book_06):
+    """With JavaScript off: each chart's static SVG image is shown and has loaded."""
+    require_browser()
+    out, info = book_06
+    assert info.images == info.charts
+    context = browser.new_context(java_script_enabled=False,
+                                  viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto((out / info.href).as_uri())
+        images = page.locator("img[alt='chart (static image)']")
+        images.first.wait_for(timeout=30_000)
+        assert images.count() == info.charts
+        for k in range(info.charts):
+            image = images.nth(k)
+            image.scroll_into_view_if_needed()
+            box = image.bounding_box()
+            assert box and box["width"] > 200 and box["height"] > 100, box
+        assert page.locator(".js-plotly-plot").count() == 0
+        images.first.screenshot(path=str(SCREENSHOTS / "book_06_static.png"))
+    finally:
+        context.close()
