@@ -339,7 +339,7 @@ class ConvExplorer:
             for name, st in STRATEGIES.items()}
         self.backward = W.ToggleButtons(
             options=[("forward", False), ("forward + backward", True)], value=backward,
-            description="pass", style=style)
+            description="pass", style={**style, "button_width": "150px"})
         self.device = W.Dropdown(options=["cpu", "cuda"], value=device, description="device",
                                  style=style, layout=W.Layout(width="180px"))
 
