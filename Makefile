@@ -12,13 +12,14 @@ PORT   ?= 8888
 # JupyterLab refuses to run as root unless told; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help env lab test test-fast run outputs book clean
+.PHONY: help env lab test test-gpu test-fast run outputs book clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
+	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
-	@echo "make outputs re-execute the notebooks in place, refreshing stored outputs"
+	@echo "make outputs re-execute the notebooks, labs and solutions in place, refreshing stored outputs"
 	@echo "make book    render the notebooks and labs (stored outputs) as HTML into build/book/"
 	@echo "make env     create or update the environment only"
 	@echo "make clean   remove build outputs (keeps the environment)"
@@ -39,6 +40,15 @@ lab: env
 test: env
 	$(PY) -m pytest
 
+# On a GPU machine: the same suite with the kernels on the GPU (NUMBA_ENABLE_CUDASIM=0), so the
+# tests marked gpu run instead of being skipped. Notebooks and solutions are executed top to bottom
+# and any error fails, but their outputs are not compared (--nbval-lax): a GPU prints other
+# timings, device names and numbers of measured points than the stored CPU outputs.
+test-gpu: env
+	@NUMBA_ENABLE_CUDASIM=0 $(PY) -W ignore -c "import sys, helpers.backend as b; \
+	sys.exit(0 if b.MODE == 'gpu' else 'make test-gpu needs an NVIDIA GPU that Numba can use (without one, run make test): ' + b.MODE_REASON)"
+	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest --nbval-lax
+
 test-fast: env
 	$(PY) -m pytest tests
 
@@ -52,4 +62,4 @@ clean:
 	rm -rf build .pytest_cache
 
 outputs: env
-	$(PY) -m helpers.run_notebooks --in-place
+	$(PY) -m helpers.run_notebooks --in-place notebooks/[0-9]*.ipynb labs/*.ipynb labs/solutions/*.ipynb
