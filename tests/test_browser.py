@@ -125,7 +125,9 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
         after = wait_for_change(runtime, after)
     assert "(b, i, f, k, s) = (2, 32, 16, 6, 1)" in after["title"]
     check_bars(after)
+    # The same strategies, re-measured: new data, not just a new title.
     assert [t["x"] for t in after["traces"]] == [t["x"] for t in before["traces"]]
+    assert [t["y"] for t in after["traces"]] != [t["y"] for t in before["traces"]]
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     cell.screenshot(path=str(SCREENSHOTS / "06_conv_explorer.png"))
@@ -149,6 +151,9 @@ def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
     after = wait_for_change(runtime, before)
     assert after["title"].startswith("gemm: median time per call")
     check_bars(after)
+    # GEMM's own sizes (n = 64 .. 512) instead of ReLU's element counts.
+    sizes = {x for t in after["traces"] for x in t["x"]}
+    assert sizes and max(sizes) <= 512 < max(x for t in before["traces"] for x in t["x"])
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     cell.screenshot(path=str(SCREENSHOTS / "01_throughput_explorer.png"))
