@@ -76,10 +76,31 @@ def open_and_run(page, lab, name: str) -> PageErrors:
     return errors
 
 
-def check_bars(state: dict) -> None:
-    """A runtime bar chart with at least one finite, positive bar."""
+def check_times(state: dict) -> None:
+    """A runtime chart with at least one time, all of them finite and positive."""
     ys = [y for trace in state["traces"] for y in trace["y"]]
     assert ys and all(isinstance(y, (int, float)) and math.isfinite(y) and y > 0 for y in ys)
+
+
+def explorer_runtime_chart(page, lab, notebook: str, selector: str, text: str):
+    """Open and run ``notebook``; return its explorer cell (found by a control, see
+    :func:`cell_with`), the explorer's runtime chart (its first) and that chart's state."""
+    errors = open_and_run(page, lab, notebook)
+    cell = cell_with(page, selector, text)
+    runtime = cell.locator(".js-plotly-plot").first
+    runtime.scroll_into_view_if_needed()
+    before = chart_state(runtime)
+    check_times(before)
+    return errors, cell, runtime, before
+
+
+def finish(page, cell, errors: PageErrors, screenshot: str) -> None:
+    """Save the explorer cell's screenshot; check that nothing failed meanwhile."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    cell.screenshot(path=str(SCREENSHOTS / screenshot))
+    assert error_outputs(page) == []
+    assert errors.lines == []
+    assert errors.external_hosts <= EXTERNAL_HOSTS
 
 
 def test_checks_catch_a_failing_notebook(browser, tmp_path):
@@ -109,13 +130,9 @@ def test_checks_catch_a_failing_notebook(browser, tmp_path):
 
 def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
     """Notebook 06: move the kernel-size slider; the runtime chart is re-measured for k = 6."""
-    errors = open_and_run(page, lab, "06_head_to_head.ipynb")
-    cell = cell_with(page, ".widget-slider", "kernel size k")
-    runtime = cell.locator(".js-plotly-plot").first
-    runtime.scroll_into_view_if_needed()
-    before = chart_state(runtime)
+    errors, cell, runtime, before = explorer_runtime_chart(
+        page, lab, "06_head_to_head.ipynb", ".widget-slider", "kernel size k")
     assert "(b, i, f, k, s) = (2, 32, 16, 5, 1)" in before["title"]
-    check_bars(before)
 
     slider = cell.locator(".widget-slider", has_text="kernel size k")
     slider.locator(".noUi-handle").focus()
@@ -124,42 +141,28 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
     if "(2, 32, 16, 6, 1)" not in after["title"]:  # the chart may redraw in two steps
         after = wait_for_change(runtime, after)
     assert "(b, i, f, k, s) = (2, 32, 16, 6, 1)" in after["title"]
-    check_bars(after)
+    check_times(after)
     # The same strategies, re-measured: new data, not just a new title.
     assert [t["x"] for t in after["traces"]] == [t["x"] for t in before["traces"]]
     assert [t["y"] for t in after["traces"]] != [t["y"] for t in before["traces"]]
-
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    cell.screenshot(path=str(SCREENSHOTS / "06_conv_explorer.png"))
-    assert error_outputs(page) == []
-    assert errors.lines == []
-    assert errors.external_hosts <= EXTERNAL_HOSTS
+    finish(page, cell, errors, "06_conv_explorer.png")
 
 
 def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
     """Notebook 01: choose GEMM instead of ReLU; the runtime chart is re-measured for GEMM."""
-    errors = open_and_run(page, lab, "01_cpu_vs_gpu_throughput.ipynb")
-    cell = cell_with(page, ".widget-text", "smallest size")
-    runtime = cell.locator(".js-plotly-plot").first
-    runtime.scroll_into_view_if_needed()
-    before = chart_state(runtime)
+    errors, cell, runtime, before = explorer_runtime_chart(
+        page, lab, "01_cpu_vs_gpu_throughput.ipynb", ".widget-text", "smallest size")
     assert before["title"].startswith("relu: median time per call")
-    check_bars(before)
 
     cell.locator(".widget-dropdown", has_text="operation").locator("select").select_option(
         label="GEMM (n x n)")
     after = wait_for_change(runtime, before)
     assert after["title"].startswith("gemm: median time per call")
-    check_bars(after)
+    check_times(after)
     # GEMM's own sizes (n = 64 .. 512) instead of ReLU's element counts.
     sizes = {x for t in after["traces"] for x in t["x"]}
     assert sizes and max(sizes) <= 512 < max(x for t in before["traces"] for x in t["x"])
-
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    cell.screenshot(path=str(SCREENSHOTS / "01_throughput_explorer.png"))
-    assert error_outputs(page) == []
-    assert errors.lines == []
-    assert errors.external_hosts <= EXTERNAL_HOSTS
+    finish(page, cell, errors, "01_throughput_explorer.png")
 
 
 @pytest.fixture(scope="module")
