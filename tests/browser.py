@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import mimetypes
-import re
 import os
+import re
 import shutil
 import socket
 import subprocess

@@ -3,7 +3,7 @@
 What nbval cannot see: that the widgets and plotly charts render in JupyterLab, that moving a
 control reaches the kernel and redraws the chart, and that nothing fails in the page while it
 happens. Each test starts its own JupyterLab on 127.0.0.1 over copies of the notebooks (so the
-stored notebooks are never saved over), runs every cell through the Kernel menu as a student
+stored notebooks are never saved over), runs every cell from the Run menu as a student
 would, works a control, and saves a screenshot under ``build/browser/``.
 
 The book (``make book``) is opened from its files, as a reader would: its charts must be drawn
