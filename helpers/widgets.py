@@ -91,7 +91,31 @@ def _message_html(text: str, kind: str = "error") -> str:
             f"{html.escape(text)}</div>")
 
 
-class ThroughputExplorer:
+class _Explorer:
+    """What the explorers share: displaying ``self.widget``, and a message shown in ``self.body``
+    in place of the charts. A subclass sets ``widget``, ``body`` and ``message`` (an HTML
+    widget), and may have a ``status`` line, cleared with the charts."""
+
+    _message_text = ""
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+    @property
+    def message_text(self) -> str:
+        """Plain text of the message (in place of the charts) or notes shown ("" if none)."""
+        return self._message_text
+
+    def show_message(self, text: str) -> None:
+        """Show ``text`` in place of the charts."""
+        self._message_text = text
+        self.message.value = _message_html(text)
+        self.body.children = [self.message]
+        if hasattr(self, "status"):
+            self.status.value = ""
+
+
+class ThroughputExplorer(_Explorer):
     """Choose an operation, a size range and a dtype; runtime and throughput charts update live.
 
     Operations: ReLU and SAXPY (elementwise, sizes in elements, throughput in GB/s) and GEMM
@@ -155,9 +179,6 @@ class ThroughputExplorer:
         if measure:
             self.update()
 
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
     def _on_op(self, change) -> None:
         # A new operation gets its own sensible range; set both sizes, then measure once.
         lo, hi = self.DEFAULT_RANGES[change["new"]]
@@ -178,12 +199,6 @@ class ThroughputExplorer:
                 explorer.size_max.observe(explorer.update, names="value")
 
         return _Pause()
-
-    def show_message(self, text: str) -> None:
-        """Show ``text`` in place of the charts."""
-        self.message.value = _message_html(text)
-        self.body.children = [self.message]
-        self.status.value = ""
 
     def update(self, *_: object) -> None:
         """Re-measure with the current controls and redraw both charts (or show why not)."""
@@ -224,6 +239,7 @@ class ThroughputExplorer:
         skipped = [r for r in rows if r["status"] != "ok"]
         note = f"; {len(skipped)} point(s) not measured: {skipped[0]['status']}" if skipped else ""
         self.status.value = _message_html(f"{len(measured)} points measured{note}", "info")
+        self._message_text = ""
         self.body.children = [self.charts]
 
     def _reference_rows(self, op: str, dtype: str, lo: int, hi: int) -> list[dict]:
@@ -253,7 +269,7 @@ def _bar_layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
     return fig
 
 
-class ConvExplorer:
+class ConvExplorer(_Explorer):
     """Set one convolution layer with sliders; every strategy's runtime and memory update live.
 
     Shows, for the layer (b, i, f, k, s) with c input channels and zero padding, the strategies
@@ -346,7 +362,6 @@ class ConvExplorer:
         self.status = W.HTML()
         self.message = W.HTML()
         self.notes = W.HTML()
-        self._message_text = ""
         self.runtime_chart = LiveChart(use_figurewidget=use_figurewidget)
         self.memory_chart = LiveChart(use_figurewidget=use_figurewidget)
         self.charts = W.VBox([self.runtime_chart.widget, self.memory_chart.widget])
@@ -371,14 +386,6 @@ class ConvExplorer:
         if measure:
             self.update()
 
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    @property
-    def message_text(self) -> str:
-        """Plain text of the message (in place of the charts) or notes (below them) shown."""
-        return self._message_text
-
     @property
     def strategies(self) -> list[str]:
         """The ticked strategies, in :data:`helpers.conv.STRATEGIES` order."""
@@ -397,13 +404,6 @@ class ConvExplorer:
         finally:
             self._held = False
         self.update()
-
-    def show_message(self, text: str) -> None:
-        """Show ``text`` in place of the charts."""
-        self._message_text = text
-        self.message.value = _message_html(text)
-        self.body.children = [self.message]
-        self.status.value = ""
 
     def update(self, *_: object) -> None:
         """Re-measure with the current controls and redraw both charts (or show why not)."""
@@ -508,7 +508,7 @@ class ConvExplorer:
 # ------------------------------------------------------------------------ OccupancyExplorer
 
 
-class OccupancyExplorer:
+class OccupancyExplorer(_Explorer):
     """Choose a GPU and a kernel's resources; see how many warps an SM keeps resident.
 
     Sliders set threads per block, registers per thread and shared memory per block (bytes);
@@ -586,7 +586,6 @@ class OccupancyExplorer:
         self.body = W.VBox([self.summary, self.chart.widget])
         self.result = None
         self.register_warps: int | None = None
-        self._message_text = ""
         self._held = False
         self.widget = W.VBox([
             W.HTML(_message_html("Calculated from the CUDA occupancy rules "
@@ -595,14 +594,6 @@ class OccupancyExplorer:
         for control in (self.gpu, self.threads, self.regs, self.smem, self.vary):
             control.observe(self.update, names="value")
         self.update()
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    @property
-    def message_text(self) -> str:
-        """Plain text of the message shown in place of the chart ("" if none)."""
-        return self._message_text
 
     def set(self, **values) -> None:
         """Set several controls at once and update once. Keys: ``gpu``, ``threads_per_block``,
@@ -623,9 +614,7 @@ class OccupancyExplorer:
 
     def show_message(self, text: str) -> None:
         """Show ``text`` in place of the summary and chart."""
-        self._message_text = text
-        self.message.value = _message_html(text)
-        self.body.children = [self.message]
+        super().show_message(text)
         self.result = None
         self.register_warps = None
 

@@ -166,9 +166,11 @@ def test_bad_input_shows_a_message_then_recovers(explorer):
             assert len(_shown_figure(explorer.runtime_chart).data) == runtime_before
             assert len(_cpu_traces(explorer.throughput_chart)) == 2
             assert "measured" in explorer.status.value
+            assert explorer.message_text == ""
         else:
             assert _shows_message(explorer), (control, value)
             assert reason in explorer.message.value, (control, value, explorer.message.value)
+            assert reason in explorer.message_text
             assert explorer.status.value == ""
 
 
