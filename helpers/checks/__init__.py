@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Report", "Case", "WrongResult", "check_cases", "compare", "random_array"]
+__all__ = ["Report", "Case", "WrongResult", "check_cases", "compare", "random_array",
+           "kernel_line"]
 
 
 @dataclasses.dataclass(repr=False)
@@ -198,3 +199,14 @@ def check_cases(name: str, fn: Callable, cases: Iterable[Case],
 def random_array(rng: np.random.Generator, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
     """Standard-normal data of ``shape`` (never zeros, so unwritten or zeroed outputs show)."""
     return rng.standard_normal(tuple(shape)).astype(dtype)
+
+
+def kernel_line(exc: BaseException, kernel) -> str:
+    """``"; line N: code"`` for the deepest frame of ``exc`` inside ``kernel``'s source (a Numba
+    CUDA kernel or a plain function), or "": where a learner's kernel failed, for a report."""
+    code = getattr(getattr(kernel, "py_func", kernel), "__code__", None)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if code is not None and f.filename == code.co_filename]
+    if not frames:
+        return ""
+    return f"; line {frames[-1].lineno}: {(frames[-1].line or '').strip()}"

@@ -41,7 +41,6 @@ import ast
 import inspect
 import math
 import textwrap
-import traceback
 import warnings
 
 import numpy as np
@@ -49,7 +48,8 @@ import numpy as np
 from .. import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from numba import cuda  # noqa: E402
 
-from . import Case, Report, WrongResult, check_cases, random_array  # noqa: E402
+from . import (Case, Report, WrongResult, check_cases, kernel_line,  # noqa: E402
+                random_array)
 
 __all__ = ["check_relu", "check_saxpy", "check_launch_config", "check_relu_grid_stride",
            "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES"]
@@ -118,16 +118,6 @@ def _require_kernel(kernel) -> None:
         raise NotImplementedError
 
 
-def _kernel_line(exc: BaseException, kernel) -> str:
-    """``"; line N: code"`` for the deepest frame of ``exc`` inside the kernel's source, or ""."""
-    code = getattr(getattr(kernel, "py_func", kernel), "__code__", None)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if code is not None and f.filename == code.co_filename]
-    if not frames:
-        return ""
-    return f"; line {frames[-1].lineno}: {(frames[-1].line or '').strip()}"
-
-
 def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[np.ndarray],
                n: int, rng: np.random.Generator) -> np.ndarray:
     """Launch ``kernel[blocks, threads](*scalars, *inputs, out)`` on guarded buffers.
@@ -152,7 +142,7 @@ def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[n
         if "out of bounds" not in str(exc):
             raise
         raise _Wrong(f"a thread indexed past the end of an array "
-                     f"({exc}{_kernel_line(exc, kernel)})", _BOUNDS_HINT) from None
+                     f"({exc}{kernel_line(exc, kernel)})", _BOUNDS_HINT) from None
     out = d_out.copy_to_host()
     written = np.flatnonzero(~np.isnan(out[n:]))
     if written.size:

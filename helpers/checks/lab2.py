@@ -43,7 +43,6 @@ import ast
 import inspect
 import math
 import textwrap
-import traceback
 import warnings
 
 import numpy as np
@@ -51,7 +50,8 @@ import numpy as np
 from .. import backend
 from numba import cuda  # noqa: E402
 
-from . import Case, Report, WrongResult, check_cases, compare, random_array  # noqa: E402
+from . import (Case, Report, WrongResult, check_cases, compare,  # noqa: E402
+                kernel_line, random_array)
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes"]
@@ -137,16 +137,6 @@ def _is_kernel(kernel) -> bool:
     return hasattr(kernel, "py_func") and hasattr(type(kernel), "__getitem__")
 
 
-def _kernel_line(exc: BaseException, kernel) -> str:
-    """``"; line N: code"`` for the deepest frame of ``exc`` inside the kernel's source, or ""."""
-    code = getattr(getattr(kernel, "py_func", kernel), "__code__", None)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if code is not None and f.filename == code.co_filename]
-    if not frames:
-        return ""
-    return f"; line {frames[-1].lineno}: {(frames[-1].line or '').strip()}"
-
-
 def _padded(a: np.ndarray, rows: int, cols: int, fill, rng: np.random.Generator | None):
     """A device array ``(a.rows + rows, a.cols + cols)`` holding ``a`` at its top left, the rest
     ``fill`` (or random data), and the view of ``a`` in it."""
@@ -225,7 +215,7 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
         if "out of bounds" not in str(exc):
             raise
         raise IndexError(f"your kernel read or wrote outside a matrix (A is {m} x {k}, B {k} x "
-                         f"{n}, C {m} x {n}): {exc}{_kernel_line(exc, kernel)}") from None
+                         f"{n}, C {m} x {n}): {exc}{kernel_line(exc, kernel)}") from None
     cbuf = d_cbuf.copy_to_host()
     outside = ~np.isnan(cbuf)
     outside[:m, :n] = False
