@@ -51,7 +51,7 @@ import math
 import numpy as np
 import torch
 
-from . import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
+from . import backend, occupancy  # noqa: F401  (backend decides simulator vs GPU first)
 from numba import cuda, float32  # noqa: E402
 
 from .conv._arrays import cuda_device, kernel_array, poisoned, to_torch  # noqa: E402
@@ -159,12 +159,17 @@ def launch_config(m: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
         (x, y) order, x along the columns of C and y along the rows.
 
     Raises:
-        ValueError: m or n not an integer >= 1.
+        ValueError: m or n not an integer >= 1, or a grid beyond the CUDA limits (y, along
+            the rows, at most 65,535 blocks: M at most 65,535 * TILE).
     """
     for name, v in (("m", m), ("n", n)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    return (math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE)
+    grid = (math.ceil(n / TILE), math.ceil(m / TILE))
+    reason = occupancy.grid_refusal(grid, f"a GEMM with C of {m:,} x {n:,}")
+    if reason:
+        raise ValueError(reason)
+    return grid, (TILE, TILE)
 
 
 def gemm_flops(m: int, n: int, k: int) -> int:

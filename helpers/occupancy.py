@@ -33,7 +33,24 @@ import dataclasses
 import math
 
 __all__ = ["SmLimits", "SM_LIMITS", "GPU_ARCH", "Occupancy", "occupancy", "limits_for",
-           "warps_limited_by_registers"]
+           "warps_limited_by_registers", "MAX_GRID", "grid_refusal"]
+
+#: The most blocks a grid may have along x, y and z (every GPU since compute capability 3.0).
+#: The simulator does not enforce them; a real launch beyond them fails.
+MAX_GRID: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+
+
+def grid_refusal(grid, kernel: str) -> str | None:
+    """None if a launch grid of ``grid`` blocks (an int, or up to three ints x, y, z) is
+    within :data:`MAX_GRID`, else the reason, naming ``kernel`` and the axis that overflows.
+
+    Source: CUDA C Programming Guide, "Compute Capabilities" (maximum grid dimensions)."""
+    dims = (grid,) if isinstance(grid, int) else tuple(grid)
+    for axis, blocks, limit in zip("xyz", dims, MAX_GRID):
+        if blocks > limit:
+            return (f"{kernel} would launch {blocks:,} blocks along grid {axis}, beyond the "
+                    f"CUDA limit of {limit:,}")
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

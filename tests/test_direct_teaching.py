@@ -91,7 +91,7 @@ def test_tile_traffic_matches_the_kernels_shared_tile():
     # The tiled kernel's shared input tile holds the footprint of the largest case it supports.
     t = direct.tile_traffic(direct.MAX_KERNEL, direct.MAX_KERNEL, direct.MAX_STRIDE, direct.TILE)
     assert t.tiled_x_loads == direct.IN_TILE ** 2
-    assert direct.TILED_SHARED_BYTES == 4 * (direct.IN_TILE ** 2 + direct.MAX_KERNEL ** 2)
+    assert direct.TILED_SHARED_BYTES == 4 * direct.IN_TILE ** 2  # the filter is not staged
 
 
 @pytest.mark.parametrize("r,stride", [(3, 1), (3, 2), (5, 2), (7, 3), (2, 3)])
@@ -173,3 +173,22 @@ def test_direct_runtime_and_phase_and_reuse_figures():
     traffic = [direct.tile_traffic(3, 3, 1, t) for t in tiles]
     fig = plots.tile_reuse_figure([("3 x 3", tiles, traffic)], mark_tile=8)
     assert list(fig.data[0].y) == [direct.tile_traffic(3, 3, 1, t).input_reuse for t in tiles]
+
+
+def test_tiled_grid_fits_the_cuda_limits_where_the_old_one_overflowed():
+    # The first tiled kernel put N*K on grid z (at most 65,535): b = 256, f = 512 overflowed.
+    assert direct.tiled_supports(config_for((256, 3, 64, 64), (512, 3, 3, 3))) is None
+    too_many_images = config_for((65_536, 1, 3, 3), (1, 1, 3, 3))
+    reason = direct.tiled_supports(too_many_images)
+    assert reason is not None and "grid z" in reason and "65,535" in reason
+    too_many_filters = config_for((1, 1, 3, 3), (65_536, 1, 3, 3))
+    assert "grid y" in direct.tiled_supports(too_many_filters)
+
+
+def test_strategies_refuse_an_oversized_grid_before_launching():
+    from helpers import conv
+
+    cfg = conv.config_for((1, 1, 3, 3), (65_536, 1, 3, 3))
+    assert "grid y" in conv.STRATEGIES["direct-tiled"].supports(cfg, "cuda")
+    with pytest.raises(ValueError, match="grid y"):
+        direct.forward_tiled(None, None, cfg)  # refused before touching the tensors

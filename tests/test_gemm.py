@@ -235,3 +235,9 @@ def test_poison_catches_a_grid_that_rounds_down():
     assert np.isnan(c).sum() == 17 + 17 - 1
     with pytest.raises(AssertionError, match="never written"):
         _check(c, a, b)
+
+
+def test_launch_config_refuses_a_grid_beyond_the_cuda_limit():
+    assert g.launch_config(65_535 * g.TILE, 1)[0] == (1, 65_535)
+    with pytest.raises(ValueError, match="grid y"):
+        g.launch_config(65_535 * g.TILE + 1, 1)

@@ -122,7 +122,9 @@ STRATEGIES: dict[str, Strategy] = {
             "Direct convolution, one CUDA thread per output element reading its whole window "
             "from global memory; on the CPU, Numba loops parallel over images x filters.",
             ("cpu", "cuda"), _direct_forward(False), _direct_backward,
-            lambda cfg: cfg.flops, lambda cfg, b: 0, uses_numba_kernels=True),
+            lambda cfg: cfg.flops, lambda cfg, b: 0,
+            _supports=lambda cfg, device: direct.naive_supports(cfg) if device == "cuda" else None,
+            uses_numba_kernels=True),
         Strategy(
             "direct-tiled", "direct",
             "Direct convolution with a shared-memory input tile (plus halo) and filter per "
@@ -138,7 +140,9 @@ STRATEGIES: dict[str, Strategy] = {
             ("cpu", "cuda"),
             lambda x, w, cfg, d: unroll.forward(x, w, cfg, d, gemm="torch"),
             lambda x, w, dy, cfg, d: unroll.backward(x, w, dy, cfg, d, gemm="torch"),
-            lambda cfg: cfg.flops, unroll.workspace_bytes, uses_numba_kernels=True),
+            lambda cfg: cfg.flops, unroll.workspace_bytes,
+            _supports=lambda cfg, device: unroll.supports(cfg) if device == "cuda" else None,
+            uses_numba_kernels=True),
         Strategy(
             "im2col-tiled", "unrolling",
             "im2col and col2im as in im2col-gemm, with the GEMMs done by our own shared-memory "
@@ -146,7 +150,9 @@ STRATEGIES: dict[str, Strategy] = {
             ("cuda",),
             lambda x, w, cfg, d: unroll.forward(x, w, cfg, d, gemm="tiled"),
             lambda x, w, dy, cfg, d: unroll.backward(x, w, dy, cfg, d, gemm="tiled"),
-            lambda cfg: cfg.flops, unroll.workspace_bytes, uses_numba_kernels=True),
+            lambda cfg: cfg.flops, unroll.workspace_bytes,
+            _supports=lambda cfg, device: unroll.supports(cfg, "tiled"),
+            uses_numba_kernels=True),
         Strategy(
             "fft", "fft",
             "FFT convolution with torch.fft (cuFFT on a GPU, pocketfft on the CPU): transform "

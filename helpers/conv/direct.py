@@ -1,35 +1,18 @@
 """Direct convolution: slide the filter over the input, a dot product at every output position.
 
-The study's first strategy (cuda-convnet2 in its Section II-C). Three implementations:
+The study's first strategy (cuda-convnet2, its Section II-C). CPU: Numba ``njit(parallel=True)``
+loops over (image, filter) pairs. CUDA ``direct-naive``: one thread per output element
+``y[n, k, p, q]``, reading its C x R x S window from global memory. CUDA ``direct-tiled``: a
+block computes a ``TILE x TILE`` tile of one output plane; per channel it copies the input
+patch the tile needs (halo included) into shared memory between two barriers, so each input
+element is read from global memory once per block instead of up to R*S times; filters up to
+``MAX_KERNEL``, strides up to ``MAX_STRIDE`` (:func:`tiled_supports`). Backward (shared by both
+CUDA strategies and written the same on the CPU): ``dx`` by one thread per input element
+gathering every (k, r, s) that reads it (no atomics), ``dw`` by one thread per filter element.
+``python -m helpers.gpu_experiments --compiled`` shows each kernel's registers and occupancy.
 
-* CPU: Numba ``njit(parallel=True)`` loops, parallel over (image, filter) pairs.
-* ``direct-naive`` on CUDA: one thread per output element ``y[n, k, p, q]``; each thread reads
-  its C x R x S window from global memory, so neighbouring threads re-read overlapping inputs.
-* ``direct-tiled`` on CUDA: a block computes a ``TILE x TILE`` tile of one output plane
-  ``y[n, k]``. For each channel the block first copies the input patch the tile needs (with
-  the halo of R-1 / S-1 extra rows and columns) and the filter ``w[k, c]`` into shared memory,
-  waits at a barrier, computes from shared memory, and waits again before the next channel
-  overwrites it. Each input element is read from global memory once per block instead of up to
-  R*S times. Shared arrays have fixed sizes, so this kernel supports kernels up to
-  ``MAX_KERNEL`` x ``MAX_KERNEL`` and strides up to ``MAX_STRIDE`` (:func:`tiled_supports`).
-
-Backward (both CUDA strategies share these kernels, and the CPU has the same loops):
-``dx`` by one thread per input element, gathering every (k, r, s) whose output position
-covers it (no atomics needed); ``dw`` by one thread per filter element, reducing over
-(n, p, q).
-
-**How far from cuDNN.** ``python -m helpers.conv --bench`` times both kernels beside torch's
-convolution (cuDNN) on the same GPU at the study's Table I layers (its ``x ref`` column), and
-``--save`` records the run in ``results/conv_table1_*`` with the GPU, driver and library
-versions; notebooks read the ratio from there. Expect the naive kernel far behind: every
-multiply-add loads two operands from global memory (0.25 FLOP/byte) and the 128-thread blocks
-share nothing. The tiled kernel loads each input element once per block, but still keeps one
-accumulator per thread and reads both operands of every multiply-add from shared memory, while
-cuDNN keeps register tiles of several outputs per thread and picks among GEMM-, Winograd- and
-FFT-based algorithms per layer: the gap narrows, it does not close.
-
-Shapes follow the cuDNN paper: x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32.
-Arrays are tensors from :mod:`helpers.conv._arrays` (zero-copy views handed to the kernels).
+Shapes (cuDNN paper): x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32 tensors from
+:mod:`helpers.conv._arrays` (zero-copy views handed to the kernels).
 """
 
 from __future__ import annotations
@@ -39,20 +22,23 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, njit, prange
+from numba import cuda, float32, njit, prange
 
+from .. import occupancy
 from ._arrays import cuda_device, kernel_array, poisoned
 from .config import ConvConfig
 from .phases import phase
 
-__all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "forward_cpu", "backward_cpu", "forward_naive",
-           "forward_tiled", "backward_cuda", "tiled_supports", "window_reads", "TileTraffic",
-           "tile_traffic", "TILED_SHARED_BYTES"]
+__all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "THREADS", "forward_cpu", "backward_cpu",
+           "forward_naive", "forward_tiled", "backward_cuda", "naive_supports", "tiled_supports",
+           "window_reads", "TileTraffic", "tile_traffic", "TILED_SHARED_BYTES",
+           "direct_tiled_kernel_first"]
 
 TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
 MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared filter array holds
 MAX_STRIDE = 3    #: largest stride its shared input tile is sized for
 IN_TILE = (TILE - 1) * MAX_STRIDE + MAX_KERNEL  #: shared input tile edge (with halo)
+THREADS = 128     #: threads per block of the one-thread-per-element kernels
 
 
 # ------------------------------------------------------------------------------------- CPU
@@ -163,7 +149,7 @@ def direct_naive_kernel(x, w, y, sh, sw, ph, pw):
     p = (i // q_) % p_
     k = (i // (q_ * p_)) % k_
     n = i // (q_ * p_ * k_)
-    acc = 0.0
+    acc = float32(0.0)  # a float32 register: `acc = 0.0` would make every += a float64 add
     for c in range(c_):
         for r in range(r_):
             hi = p * sh + r - ph
@@ -176,45 +162,54 @@ def direct_naive_kernel(x, w, y, sh, sw, ph, pw):
 
 
 @cuda.jit
-def direct_tiled_kernel(x, w, y, sh, sw, ph, pw):
-    """A TILE x TILE tile of the output plane y[n, k] per block; grid (tiles_q, tiles_p, N*K).
+def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw):
+    """A TILE x TILE tile of the output plane y[n, k] per block; grid (tiles_p * tiles_q, K, N).
 
-    For each channel: cooperative load of the input patch (with halo) and the filter into
-    shared memory, barrier, compute, barrier. Every thread reaches both barriers; threads
-    outside the output only skip the final store.
+    x, w, y are the flat (1-D) views of x (N, C, H, W), w (K, C, R, S) and y (N, K, P, Q):
+    the kernel computes NCHW offsets itself, which costs fewer registers than Numba's 4-D
+    indexing (four 64-bit shapes and strides per array). For each channel: the block copies
+    the input patch of its tile (halo included) into shared memory, barrier, each thread
+    multiplies its R x S window by the filter, barrier. All threads of the block read the
+    same filter element at the same step: one broadcast load, served by the L1 cache. Every
+    thread reaches both barriers; threads outside the output only skip the final store.
     """
-    x_tile = cuda.shared.array((IN_TILE, IN_TILE), np.float32)
-    w_tile = cuda.shared.array((MAX_KERNEL, MAX_KERNEL), np.float32)
-    n_, c_, h_, w_ = x.shape
-    k_, _, r_, s_ = w.shape
-    p_, q_ = y.shape[2], y.shape[3]
+    x_tile = cuda.shared.array((IN_TILE, IN_TILE), float32)
     tq, tp = cuda.threadIdx.x, cuda.threadIdx.y
-    nk = cuda.blockIdx.z
-    n, k = nk // k_, nk % k_
-    p0, q0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
-    p, q = p0 + tp, q0 + tq
-    # input rows/cols this tile needs, in padded coordinates
-    rows = (TILE - 1) * sh + r_
-    cols = (TILE - 1) * sw + s_
-    tid = tp * TILE + tq
-    acc = 0.0
+    k, n = cuda.blockIdx.y, cuda.blockIdx.z
+    tiles_q = (q_ + TILE - 1) // TILE
+    p0 = (cuda.blockIdx.x // tiles_q) * TILE         # the tile's first output row and column
+    q0 = (cuda.blockIdx.x % tiles_q) * TILE
+    h0, w0 = p0 * sh - ph, q0 * sw - pw              # its patch's first input row and column
+    rows, cols = (TILE - 1) * sh + r_, (TILE - 1) * sw + s_  # the patch, halo included
+    acc = float32(0.0)
     for c in range(c_):
-        for j in range(tid, rows * cols, TILE * TILE):
-            a, b = j // cols, j % cols
-            hi, wi = p0 * sh + a - ph, q0 * sw + b - pw
-            if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
-                x_tile[a, b] = x[n, c, hi, wi]
-            else:
-                x_tile[a, b] = 0.0  # zero padding, and the part beyond the input
-        for j in range(tid, r_ * s_, TILE * TILE):
-            w_tile[j // s_, j % s_] = w[k, c, j // s_, j % s_]
-        cuda.syncthreads()
-        for r in range(r_):
-            for s in range(s_):
-                acc += x_tile[tp * sh + r, tq * sw + s] * w_tile[r, s]
-        cuda.syncthreads()
+        plane = (n * c_ + c) * h_                    # row 0 of x[n, c], in rows of W elements
+        a = tp                                       # while loops: range(tp, rows, TILE) would
+        while a < rows:                              # divide to count its steps (registers)
+            hi = h0 + a
+            b = tq
+            while b < cols:
+                wi = w0 + b
+                v = float32(0.0)                     # zero padding, and beyond the input
+                if 0 <= hi < h_ and 0 <= wi < w_:
+                    v = x[(plane + hi) * w_ + wi]
+                x_tile[a, b] = v
+                b += TILE
+            a += TILE
+        cuda.syncthreads()                           # 1: the patch is complete
+        f = (k * c_ + c) * r_ * s_                   # offset of w[k, c, 0, 0]
+        r = 0
+        while r < r_:
+            s = 0
+            while s < s_:
+                acc += x_tile[tp * sh + r, tq * sw + s] * w[f]
+                f += 1
+                s += 1
+            r += 1
+        cuda.syncthreads()                           # 2: all done before the next overwrite
+    p, q = p0 + tp, q0 + tq
     if p < p_ and q < q_:
-        y[n, k, p, q] = acc
+        y[((n * k_ + k) * p_ + p) * q_ + q] = acc
 
 
 @cuda.jit
@@ -231,7 +226,7 @@ def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw):
     hi = (i // w_) % h_
     c = (i // (w_ * h_)) % c_
     n = i // (w_ * h_ * c_)
-    acc = 0.0
+    acc = float32(0.0)
     for r in range(r_):
         t = hi + ph - r
         if t >= 0 and t % sh == 0 and t // sh < p_:
@@ -258,7 +253,7 @@ def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
     r = (i // s_) % r_
     c = (i // (s_ * r_)) % c_
     k = i // (s_ * r_ * c_)
-    acc = 0.0
+    acc = float32(0.0)
     for n in range(n_):
         for p in range(p_):
             hi = p * sh + r - ph
@@ -270,15 +265,39 @@ def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
     dw[k, c, r, s] = acc
 
 
+def _tiled_grid(cfg: ConvConfig) -> tuple[int, int, int]:
+    return (math.ceil(cfg.p / TILE) * math.ceil(cfg.q / TILE), cfg.k, cfg.n)
+
+
+def _naive_grids(cfg: ConvConfig) -> dict[str, int]:
+    """Blocks of each 1-D launch (128 threads a block): y, dx and dw."""
+    return {"direct_naive_kernel": math.ceil(math.prod(cfg.y_shape) / THREADS),
+            "direct_dx_kernel": math.ceil(math.prod(cfg.x_shape) / THREADS),
+            "direct_dw_kernel": math.ceil(math.prod(cfg.w_shape) / THREADS)}
+
+
+def naive_supports(cfg: ConvConfig) -> str | None:
+    """None if every 1-D launch of ``direct-naive`` (and of the backward kernels both direct
+    strategies share) fits the CUDA grid limits, else the reason."""
+    for name, blocks in _naive_grids(cfg).items():
+        reason = occupancy.grid_refusal(blocks, name)
+        if reason:
+            return reason
+    return None
+
+
 def tiled_supports(cfg: ConvConfig) -> str | None:
-    """None if the tiled kernel's fixed shared arrays fit ``cfg``, else the reason."""
+    """None if the tiled kernel's fixed shared array fits ``cfg`` and its grid (tiles, K, N)
+    and the backward launches fit the CUDA grid limits (y and z at most 65,535), else the
+    reason."""
     if cfg.r > MAX_KERNEL or cfg.s > MAX_KERNEL:
-        return (f"direct-tiled holds filters up to {MAX_KERNEL}x{MAX_KERNEL} in shared memory; "
-                f"this kernel is {cfg.r}x{cfg.s}")
+        return (f"direct-tiled sizes its shared input tile for filters up to "
+                f"{MAX_KERNEL}x{MAX_KERNEL}; this kernel is {cfg.r}x{cfg.s}")
     if cfg.stride_h > MAX_STRIDE or cfg.stride_w > MAX_STRIDE:
         return (f"direct-tiled sizes its shared input tile for strides up to {MAX_STRIDE}; "
                 f"this stride is {cfg.stride_h, cfg.stride_w}")
-    return None
+    reason = occupancy.grid_refusal(_tiled_grid(cfg), "direct_tiled_kernel (grid: tiles, K, N)")
+    return reason or naive_supports(cfg)
 
 
 def _args(cfg):
@@ -286,42 +305,52 @@ def _args(cfg):
             np.int64(cfg.pad_w))
 
 
+def _refuse(reason: str | None) -> None:
+    if reason:
+        raise ValueError(reason)
+
+
 def forward_naive(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """``direct-naive`` forward on the CUDA path (GPU or simulator); tensors on cuda_device()."""
+    """``direct-naive`` forward on the CUDA path (GPU or simulator); tensors on cuda_device().
+
+    Raises:
+        ValueError: a launch beyond the CUDA grid limits (:func:`naive_supports`).
+    """
+    _refuse(naive_supports(cfg))
     y = poisoned(cfg.y_shape, cuda_device())
-    total = math.prod(cfg.y_shape)
-    threads = 128
     with phase("direct (y)"):
-        direct_naive_kernel[(total + threads - 1) // threads, threads](
+        direct_naive_kernel[_naive_grids(cfg)["direct_naive_kernel"], THREADS](
             kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
     return y
 
 
 def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """``direct-tiled`` forward on the CUDA path; see :func:`tiled_supports` for its limits."""
-    reason = tiled_supports(cfg)
-    if reason:
-        raise ValueError(reason)
+    """``direct-tiled`` forward on the CUDA path; see :func:`tiled_supports` for its limits.
+
+    Raises:
+        ValueError: a configuration :func:`tiled_supports` refuses, with its reason.
+    """
+    _refuse(tiled_supports(cfg))
     y = poisoned(cfg.y_shape, cuda_device())
-    grid = (math.ceil(cfg.q / TILE), math.ceil(cfg.p / TILE), cfg.n * cfg.k)
+    dims = (cfg.c, cfg.h, cfg.w, cfg.k, cfg.r, cfg.s, cfg.p, cfg.q)
     with phase("direct tiled (y)"):
-        direct_tiled_kernel[grid, (TILE, TILE)](
-            kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
+        direct_tiled_kernel[_tiled_grid(cfg), (TILE, TILE)](
+            kernel_array(x.reshape(-1)), kernel_array(w.reshape(-1)), kernel_array(y.reshape(-1)),
+            *(np.int64(d) for d in dims), *_args(cfg))
     return y
 
 
 def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig):
     """(dx, dw) on the CUDA path with the gather kernels (shared by both direct strategies)."""
+    _refuse(naive_supports(cfg))
     dx = poisoned(cfg.x_shape, cuda_device())
     dw = poisoned(cfg.w_shape, cuda_device())
-    threads = 128
-    total = math.prod(cfg.x_shape)
+    grids = _naive_grids(cfg)
     with phase("direct (dx)"):
-        direct_dx_kernel[(total + threads - 1) // threads, threads](
+        direct_dx_kernel[grids["direct_dx_kernel"], THREADS](
             kernel_array(w), kernel_array(dy), kernel_array(dx), *_args(cfg))
-    total = math.prod(cfg.w_shape)
     with phase("direct (dw)"):
-        direct_dw_kernel[(total + threads - 1) // threads, threads](
+        direct_dw_kernel[grids["direct_dw_kernel"], THREADS](
             kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
     return dx, dw
 
@@ -386,7 +415,8 @@ class TileTraffic:
             2 * macs.
         tiled_x_loads: input elements the tiled kernel copies into shared memory: the tile's
             footprint with its halo, ((tile-1)*stride + R) * ((tile-1)*stride + S).
-        tiled_w_loads: filter elements it copies: R * S.
+        tiled_w_loads: filter elements it reads: R * S (each a broadcast to the whole warp,
+            served by the L1 cache after the first warp).
         input_reuse: multiply-adds served by each input element copied into shared memory:
             macs / tiled_x_loads (tends to R*S / stride**2 as the tile grows).
         reads_per_input: the most threads of the naive kernel (one output plane y[n, k])
@@ -445,6 +475,50 @@ def tile_traffic(r: int, s: int, stride: int = 1, tile: int = TILE) -> TileTraff
         tiled_intensity=2 * macs / (4 * (x_loads + r * s)))
 
 
-#: Shared memory one block of :func:`direct_tiled_kernel` declares, in bytes (float32 arrays
-#: of IN_TILE x IN_TILE and MAX_KERNEL x MAX_KERNEL).
-TILED_SHARED_BYTES = 4 * (IN_TILE * IN_TILE + MAX_KERNEL * MAX_KERNEL)
+#: Shared memory one block of :func:`direct_tiled_kernel` declares, in bytes (a float32
+#: array of IN_TILE x IN_TILE).
+TILED_SHARED_BYTES = 4 * IN_TILE * IN_TILE
+
+
+@cuda.jit
+def direct_tiled_kernel_first(x, w, y, sh, sw, ph, pw):
+    """The workbook's first ``direct_tiled_kernel``, kept as a "before" for notebook 07.
+
+    Same tiling, written the obvious way: ``acc = 0.0`` (a float64 accumulator in Numba),
+    4-D indexing of x, w and y, the filter staged in shared memory too, and
+    ``range(tid, n, TILE * TILE)`` load loops (a 64-bit division per loop to count its
+    steps). The compiler gives it about 130 registers per thread and FP64 arithmetic; see
+    :mod:`helpers.compiled`. Grid (tiles_q, tiles_p, N*K), block (TILE, TILE). Correct, but
+    not launched by any strategy.
+    """
+    x_tile = cuda.shared.array((IN_TILE, IN_TILE), np.float32)
+    w_tile = cuda.shared.array((MAX_KERNEL, MAX_KERNEL), np.float32)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = y.shape[2], y.shape[3]
+    tq, tp = cuda.threadIdx.x, cuda.threadIdx.y
+    nk = cuda.blockIdx.z
+    n, k = nk // k_, nk % k_
+    p0, q0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+    p, q = p0 + tp, q0 + tq
+    rows = (TILE - 1) * sh + r_
+    cols = (TILE - 1) * sw + s_
+    tid = tp * TILE + tq
+    acc = 0.0
+    for c in range(c_):
+        for j in range(tid, rows * cols, TILE * TILE):
+            a, b = j // cols, j % cols
+            hi, wi = p0 * sh + a - ph, q0 * sw + b - pw
+            if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
+                x_tile[a, b] = x[n, c, hi, wi]
+            else:
+                x_tile[a, b] = 0.0
+        for j in range(tid, r_ * s_, TILE * TILE):
+            w_tile[j // s_, j % s_] = w[k, c, j // s_, j % s_]
+        cuda.syncthreads()
+        for r in range(r_):
+            for s in range(s_):
+                acc += x_tile[tp * sh + r, tq * sw + s] * w_tile[r, s]
+        cuda.syncthreads()
+    if p < p_ and q < q_:
+        y[n, k, p, q] = acc

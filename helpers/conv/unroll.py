@@ -33,14 +33,15 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda
+from numba import cuda, float32
 
+from .. import occupancy
 from ._arrays import cuda_device, kernel_array, poisoned
 from .phases import phase
 from .config import ConvConfig
 
 __all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
-           "im2col_sources", "forward", "backward", "workspace_bytes"]
+           "im2col_sources", "forward", "backward", "workspace_bytes", "supports", "THREADS"]
 
 
 # ------------------------------------------------------------------------------ CUDA kernels
@@ -66,7 +67,7 @@ def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
     if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
         cols[row, col] = x[n, c, hi, wi]
     else:
-        cols[row, col] = 0.0
+        cols[row, col] = float32(0.0)
 
 
 @cuda.jit
@@ -86,7 +87,7 @@ def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
     hi = (i // w_) % h_
     c = (i // (w_ * h_)) % c_
     n = i // (w_ * h_ * c_)
-    acc = 0.0
+    acc = float32(0.0)
     for r in range(r_):
         t = hi + ph - r
         if t >= 0 and t % sh == 0 and t // sh < p_:
@@ -99,8 +100,32 @@ def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
     dx[n, c, hi, wi] = acc
 
 
-def _launch(total: int, threads: int = 128) -> tuple[int, int]:
-    return (total + threads - 1) // threads, threads
+THREADS = 128  #: threads per block of im2col_kernel and col2im_kernel
+
+
+def _launch(total: int) -> tuple[int, int]:
+    return (total + THREADS - 1) // THREADS, THREADS
+
+
+def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
+    """None if every CUDA launch of the unrolling strategy fits the CUDA grid limits, else the
+    reason: im2col and col2im (1-D grids), and with ``gemm="tiled"`` our GEMM's grids (y
+    along the rows of C: K forward and for dW, C*R*S for dcols)."""
+    launches = [(_launch(im2col_threads(cfg))[0], "im2col_kernel"),
+                (_launch(math.prod(cfg.x_shape))[0], "col2im_kernel")]
+    for blocks, name in launches:
+        reason = occupancy.grid_refusal(blocks, name)
+        if reason:
+            return reason
+    if gemm == "tiled":
+        from .. import gemm as our_gemm
+
+        for m, n in ((cfg.k, cfg.n * cfg.p * cfg.q), (cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q)):
+            try:
+                our_gemm.launch_config(m, n)
+            except ValueError as exc:
+                return str(exc)
+    return None
 
 
 def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
