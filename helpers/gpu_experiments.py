@@ -55,6 +55,7 @@ import sys
 import numpy as np
 
 from . import backend, occupancy, results, timing
+from .kernels import KERNELS, KernelSpec
 from numba import cuda, float32  # noqa: E402  (after helpers.backend decided the mode)
 
 __all__ = [
@@ -200,55 +201,6 @@ def branch_kernel(x, out, path, iters, by_warp):
 
 
 # --------------------------------------------------- resources of the workbook's kernels
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSpec:
-    """One of the workbook's Numba CUDA kernels and the block size its host code launches.
-
-    Attributes:
-        name: the kernel's name. module: where it lives. family: strategy family (for colour).
-        threads_per_block: threads in each block of its launches (block x * y * z).
-    """
-
-    name: str
-    module: str
-    family: str
-    threads_per_block: int
-
-    def dispatcher(self):
-        """The ``@cuda.jit`` dispatcher object."""
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.name)
-
-
-def _kernel_specs() -> list[KernelSpec]:
-    from . import gemm
-    from .conv import direct
-
-    return [
-        KernelSpec("direct_naive_kernel", "helpers.conv.direct", "direct-naive", 128),
-        KernelSpec("direct_tiled_kernel", "helpers.conv.direct", "direct-tiled",
-                   direct.TILE * direct.TILE),
-        KernelSpec("direct_dx_kernel", "helpers.conv.direct", "direct-naive", 128),
-        KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", 128),
-        KernelSpec("im2col_kernel", "helpers.conv.unroll", "im2col-gemm", 128),
-        KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", 128),
-        KernelSpec("gemm_naive_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE * gemm.TILE),
-        KernelSpec("gemm_tiled_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE * gemm.TILE),
-        KernelSpec("strided_load_kernel", "helpers.gpu_experiments", "experiment", 256),
-        KernelSpec("transpose_naive_kernel", "helpers.gpu_experiments", "experiment",
-                   TILE_DIM * BLOCK_ROWS),
-        KernelSpec("transpose_shared_kernel", "helpers.gpu_experiments", "experiment",
-                   TILE_DIM * BLOCK_ROWS),
-        KernelSpec("branch_kernel", "helpers.gpu_experiments", "experiment", 128),
-    ]
-
-
-#: The workbook's kernels whose resources :func:`kernel_resources` reads, with the block size
-#: of their launches (helpers.conv.direct / unroll launch 1-D kernels with 128 threads).
-KERNELS: list[KernelSpec] = _kernel_specs()
 
 
 def _launch_every_kernel() -> None:

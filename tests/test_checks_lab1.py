@@ -363,3 +363,40 @@ def test_grid_stride_without_the_loop_fails_where_threads_are_fewer_than_element
 def test_reports_are_deterministic():
     first, second = check_relu(relu_misses_last), check_relu(relu_misses_last)
     assert first.message == second.message
+
+
+# --------------------------------------------------- what the simulator passes but a GPU would not
+
+
+@cuda.jit
+def saxpy_float64_accumulator(a, x, y, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        acc = 0.0          # a float64 in Numba: right values, float64 arithmetic on a GPU
+        acc += a * x[i]
+        acc += y[i]
+        out[i] = acc
+
+
+@cuda.jit
+def relu_max_with_an_int(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = max(x[i], 0)  # float32 with an int: computed as float64
+
+
+def test_saxpy_with_a_float64_accumulator_fails_naming_the_fix():
+    report = lab1.check_saxpy(saxpy_float64_accumulator)
+    assert not report.passed and report.status == "failed"
+    assert "float64" in report.message and "acc = float32(0.0)" in report.message
+    assert "acc += a * x[i]" in report.message  # the line the FP64 instructions come from
+
+
+def test_relu_computing_in_float64_fails_with_the_line():
+    report = lab1.check_relu(relu_max_with_an_int)
+    assert not report.passed
+    assert "max(x[i], 0)" in report.message and "float32(0.0)" in report.message
+
+
+def test_solutions_still_pass_with_the_compiler_check():
+    assert lab1.check_saxpy(saxpy_kernel).passed

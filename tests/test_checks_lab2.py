@@ -390,3 +390,51 @@ def test_run_gemm_names_a_stub_and_a_plain_function():
 def test_run_gemm_catches_a_write_outside_c():
     with pytest.raises(IndexError, match="outside"):
         run_gemm(naive_no_bounds_check, np.ones((3, 3)), np.ones((3, 3)), 8)
+
+
+# --------------------------------------------------- what the simulator passes but a GPU would not
+
+
+@cuda.jit
+def gemm_naive_float64_accumulator(a, b, c):
+    j, i = cuda.grid(2)
+    if i < c.shape[0] and j < c.shape[1]:
+        acc = 0.0
+        for k in range(a.shape[1]):
+            acc += a[i, k] * b[k, j]
+        c[i, j] = acc
+
+
+@cuda.jit
+def gemm_tiled_shared_sized_by_the_block(a, b, c):
+    a_tile = cuda.shared.array((cuda.blockDim.y, cuda.blockDim.x), float32)  # run-time size
+    b_tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    i = cuda.blockIdx.y * TILE + ty
+    j = cuda.blockIdx.x * TILE + tx
+    m, k_dim, n = a.shape[0], a.shape[1], b.shape[1]
+    acc = float32(0.0)
+    for t in range((k_dim + TILE - 1) // TILE):
+        ka, kb = t * TILE + tx, t * TILE + ty
+        a_tile[ty, tx] = a[i, ka] if i < m and ka < k_dim else float32(0.0)
+        b_tile[ty, tx] = b[kb, j] if kb < k_dim and j < n else float32(0.0)
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += a_tile[ty, k] * b_tile[k, tx]
+        cuda.syncthreads()
+    if i < m and j < n:
+        c[i, j] = acc
+
+
+def test_naive_with_a_float64_accumulator_fails_naming_the_fix():
+    report = check_gemm_naive(gemm_naive_float64_accumulator)
+    assert not report.passed and report.status == "failed"
+    assert "acc = float32(0.0)" in report.message and "acc += a[i, k] * b[k, j]" in report.message
+
+
+def test_tiled_with_a_run_time_shared_size_fails_as_not_compiling():
+    report = check_gemm_tiled(gemm_tiled_shared_sized_by_the_block, TILE)
+    assert not report.passed and report.status == "failed"
+    assert "compiler rejects it" in report.message
+    assert "cuda.shared.array((cuda.blockDim.y, cuda.blockDim.x), float32)" in report.message
+    assert "global constant" in report.message

@@ -21,14 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import inspect
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import compiled
+
 __all__ = ["Report", "Case", "WrongResult", "check_cases", "compare", "random_array",
-           "kernel_line"]
+           "kernel_line", "compiler_check", "COMPILER_TARGET"]
+
+#: The GPU a kernel that passed in the simulator is compiled for: Colab's T4.
+COMPILER_TARGET = "sm_75"
 
 
 @dataclasses.dataclass(repr=False)
@@ -210,3 +216,44 @@ def kernel_line(exc: BaseException, kernel) -> str:
     if not frames:
         return ""
     return f"; line {frames[-1].lineno}: {(frames[-1].line or '').strip()}"
+
+
+def compiler_check(report: Report, kernel, argtypes: Sequence[str],
+                   target: str = COMPILER_TARGET) -> Report:
+    """Compile a kernel that passed its cases for a real GPU (:mod:`helpers.compiled`) and
+    fail the report if the compiler rejects it or it would compute in float64.
+
+    The simulator runs Python, so it accepts what a GPU cannot compile (a shared array sized
+    at run time) and computes float64 where a GPU would spend a float64 unit. A passed
+    ``report`` becomes failed with the line and the fix; one that did not pass is returned as
+    it is. Where no compiler can be loaded the report stays passed, with a note saying so.
+
+    Args:
+        report: the :class:`Report` of the kernel's cases. kernel: the learner's kernel.
+        argtypes: its arguments as the checker launches them (Numba type strings).
+        target: a key of :data:`helpers.compiled.TARGETS`.
+    """
+    if not report.passed:
+        return report
+    try:
+        result = compiled.compile_kernel(kernel, argtypes, target)
+    except compiled.CompilerUnavailable as exc:
+        report.message += f" (Not compiled for a GPU here: {exc}.)"
+        return report
+    except compiled.CompileError as exc:
+        where = f" (line {exc.line}: {exc.source})" if exc.line and exc.source else ""
+        return Report(report.name, False, f"your kernel passes in the simulator, but the CUDA "
+                      f"compiler rejects it for a GPU{where}: {exc.message}"
+                      + (f"\nHint: {exc.hint}" if exc.hint else ""), report.cases_run,
+                      "failed")
+    except ValueError as exc:  # a kernel the compiler cannot be handed (no source, a closure)
+        report.message += f" (Not compiled for a GPU: {exc}.)"
+        return report
+    if result.fp64:
+        try:
+            source = inspect.getsource(getattr(kernel, "py_func", kernel))
+        except (OSError, TypeError):
+            source = None
+        return Report(report.name, False, "your kernel gives the right values, but "
+                      + compiled.fp64_advice(result, source), report.cases_run, "failed")
+    return report

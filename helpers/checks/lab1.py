@@ -48,11 +48,19 @@ import numpy as np
 from .. import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from numba import cuda  # noqa: E402
 
-from . import (Case, Report, WrongResult, check_cases, kernel_line,  # noqa: E402
-                random_array)
+from . import (Case, Report, WrongResult, check_cases, compiler_check,  # noqa: E402
+                kernel_line, random_array)
 
 __all__ = ["check_relu", "check_saxpy", "check_launch_config", "check_relu_grid_stride",
-           "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES"]
+           "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES", "KERNEL_ARGTYPES"]
+
+#: The lab's kernels' arguments as the checkers launch them (Numba type strings), for the
+#: compiler check (:func:`helpers.checks.compiler_check`).
+KERNEL_ARGTYPES: dict[str, tuple[str, ...]] = {
+    "relu_kernel": ("float32[::1]", "float32[::1]"),
+    "saxpy_kernel": ("float32", "float32[::1]", "float32[::1]", "float32[::1]"),
+    "relu_grid_stride_kernel": ("float32[::1]", "float32[::1]"),
+}
 
 #: (n, threads_per_block) for the one-thread-per-element kernels, launched with
 #: ``ceil(n / threads_per_block)`` blocks: a partial last block, a grid of one partial block,
@@ -200,7 +208,9 @@ def check_relu(kernel) -> Report:
             "each thread computes i = cuda.grid(1) and, if i < x.size, writes "
             "out[i] = x[i] if x[i] > 0 else 0.")
     not_a_kernel = _not_a_kernel(name, kernel, "relu_kernel")
-    return not_a_kernel if not_a_kernel is not None else _check(name, run, cases, hint)
+    if not_a_kernel is not None:
+        return not_a_kernel
+    return compiler_check(_check(name, run, cases, hint), kernel, KERNEL_ARGTYPES["relu_kernel"])
 
 
 def check_saxpy(kernel) -> Report:
@@ -233,7 +243,9 @@ def check_saxpy(kernel) -> Report:
     name, hint = "Lab 1: SAXPY kernel", (
             "out[i] = a * x[i] + y[i] for every i < x.size, with i = cuda.grid(1).")
     not_a_kernel = _not_a_kernel(name, kernel, "saxpy_kernel")
-    return not_a_kernel if not_a_kernel is not None else _check(name, run, cases, hint)
+    if not_a_kernel is not None:
+        return not_a_kernel
+    return compiler_check(_check(name, run, cases, hint), kernel, KERNEL_ARGTYPES["saxpy_kernel"])
 
 
 def check_launch_config(fn) -> Report:
@@ -311,4 +323,7 @@ def check_relu_grid_stride(kernel) -> Report:
             "loop `for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):` so that a "
             "grid of any size covers all n elements.")
     not_a_kernel = _not_a_kernel(name, kernel, "relu_grid_stride_kernel")
-    return not_a_kernel if not_a_kernel is not None else _check(name, run, cases, hint)
+    if not_a_kernel is not None:
+        return not_a_kernel
+    return compiler_check(_check(name, run, cases, hint), kernel,
+                          KERNEL_ARGTYPES["relu_grid_stride_kernel"])

@@ -51,10 +51,15 @@ from .. import backend
 from numba import cuda  # noqa: E402
 
 from . import (Case, Report, WrongResult, check_cases, compare,  # noqa: E402
-                kernel_line, random_array)
+                compiler_check, kernel_line, random_array)
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
-           "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes"]
+           "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes",
+           "KERNEL_ARGTYPES"]
+
+#: The lab's kernels' arguments as :func:`run_gemm` launches them (2-D float32 views of larger
+#: buffers, so any layout), for the compiler check (:func:`helpers.checks.compiler_check`).
+KERNEL_ARGTYPES: tuple[str, ...] = ("float32[:, :]",) * 3
 
 #: Block edge the naive kernel is checked with: blocks of 8 x 8 threads.
 NAIVE_BLOCK = 8
@@ -292,7 +297,8 @@ def check_gemm_naive(kernel) -> Report:
         return not_a_kernel
     report = _check(name, run, cases, "thread (j, i) = cuda.grid(2) sums a[i, k] * b[k, j] "
                     "over all k < K (a.shape[1]) in a local variable, then writes c[i, j] once.")
-    return _axes_note(report, kernel, cases, NAIVE_BLOCK)
+    return compiler_check(_axes_note(report, kernel, cases, NAIVE_BLOCK), kernel,
+                          KERNEL_ARGTYPES)
 
 
 def _uses_shared_memory_and_barriers(kernel) -> str | None:
@@ -356,4 +362,5 @@ def check_gemm_tiled(kernel, tile: int) -> Report:
                           f"no {missing}: this TODO is to stage tiles of A and B in shared "
                           f"memory, with a barrier after loading them and another after using "
                           f"them.", report.cases_run, "failed")
-    return _axes_note(report, kernel, cases, int(tile))
+    return compiler_check(_axes_note(report, kernel, cases, int(tile)), kernel,
+                          KERNEL_ARGTYPES)

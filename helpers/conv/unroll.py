@@ -120,7 +120,8 @@ def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
     if gemm == "tiled":
         from .. import gemm as our_gemm
 
-        for m, n in ((cfg.k, cfg.n * cfg.p * cfg.q), (cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q)):
+        npq = cfg.n * cfg.p * cfg.q
+        for m, n in ((cfg.k, npq), (cfg.c * cfg.r * cfg.s, npq)):
             try:
                 our_gemm.launch_config(m, n)
             except ValueError as exc:

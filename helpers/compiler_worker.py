@@ -1,0 +1,365 @@
+"""How a kernel reaches the real compiler: described to a child process, rebuilt there, compiled
+to PTX by NVVM and assembled by nvJitLink; the assembler's report and the PTX parsed.
+
+The simulator's ``numba.cuda`` has no compiler, so :mod:`helpers.compiled` runs
+``python -m helpers.compiler_worker`` with ``NUMBA_ENABLE_CUDASIM=0`` and hands it jobs as JSON
+on standard input: a kernel by module and name (the workbook's own) or by source and the
+globals it uses (a notebook cell's or a lab's), argument types, a target. Results come back as
+JSON, one per job. Imports nothing else of the workbook.
+"""
+
+from __future__ import annotations
+
+import ast
+import dis
+import inspect
+import json
+import linecache
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import types as pytypes
+
+#: Seconds a child compiler process may take before it is stopped (plus 20 s per kernel).
+CHILD_TIMEOUT_S = 60
+
+# ----------------------------------------------------------------------- parsing the outputs
+
+
+_SKIP_FP64 = {"ld", "st", "mov", "ret", "cvta", "prmt"}
+
+
+def instructions(ptx: str):
+    """(location, instruction) for each PTX instruction; location ``(file, line)`` from the
+    latest ``.loc`` directive, or None."""
+    loc = None
+    for raw in ptx.splitlines():
+        s = raw.strip()
+        if s.startswith(".loc"):
+            parts = s.split()
+            loc = (int(parts[1]), int(parts[2]))
+            continue
+        if not s or s.startswith(("//", ".", "$", "{", "}", ")", "(")):
+            continue
+        if s.startswith("@"):
+            s = s.split(None, 1)[1] if " " in s else s
+        yield loc, s
+
+
+def fp64_instructions(ptx: str, sources: dict[int, list[str]]) -> list[dict]:
+    found = []
+    for loc, text in instructions(ptx):
+        opcode = text.split()[0].rstrip(";")
+        parts = opcode.split(".")
+        if "f64" in parts[1:] and parts[0] not in _SKIP_FP64:
+            line = loc[1] if loc else None
+            lines = sources.get(loc[0]) if loc else None
+            source = (lines[line - 1].strip() if lines and line and 0 < line <= len(lines)
+                      else None)
+            found.append({"ptx": text.rstrip(";"), "line": line, "source": source})
+    return found
+
+
+def ptxas_numbers(log: str) -> dict:
+    def grab(pattern, default=0):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else default
+
+    return {"regs_per_thread": grab(r"[Uu]sed (\d+) registers"),
+            "barriers": grab(r"used (\d+) barriers"),
+            "smem_per_block": grab(r"(\d+) bytes smem"),
+            "stack_bytes": grab(r"(\d+) bytes stack frame"),
+            "spill_store_bytes": grab(r"(\d+) bytes spill stores"),
+            "spill_load_bytes": grab(r"(\d+) bytes spill loads")}
+
+
+# ------------------------------------------------------------ describing a kernel to a child
+
+
+def _global_names(code: pytypes.CodeType) -> set[str]:
+    names = set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            names.add(ins.argval)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _describe_value(name: str, value, kernel: str) -> dict:
+    import numpy as np
+    from numba.core import types as nbtypes
+
+    if isinstance(value, pytypes.ModuleType):
+        return {"kind": "module", "module": value.__name__}
+    if isinstance(value, (bool, int, float, str, type(None))) or (
+            isinstance(value, tuple) and all(isinstance(v, (bool, int, float)) for v in value)):
+        return {"kind": "value", "repr": repr(value)}
+    if isinstance(value, np.generic):
+        return {"kind": "numpy_scalar", "dtype": value.dtype.name, "value": value.item()}
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return {"kind": "numpy_type", "name": value.__name__}
+    if isinstance(value, nbtypes.Type):
+        return {"kind": "numba_type", "name": str(value)}
+    if hasattr(value, "py_func"):  # another kernel or device function
+        return {"kind": "device", "ref": describe_kernel(value)}
+    module = getattr(value, "__module__", None) or ""
+    attr = getattr(value, "__name__", None)
+    if attr and module and not module.startswith("__"):
+        if module.startswith("numba.cuda.simulator"):
+            module = "numba.cuda"
+        return {"kind": "import", "module": module, "name": attr}
+    raise ValueError(f"cannot compile {kernel}: it uses the global {name!r} "
+                     f"({type(value).__name__}), which cannot be handed to the compiler; "
+                     f"use a number, a module or a numba type there")
+
+
+def describe_kernel(kernel) -> dict:
+    """A JSON description of a kernel that a child process can rebuild: its module and name
+    when it can be imported from there, else its source and the globals it uses."""
+    fn = getattr(kernel, "py_func", kernel)
+    if not isinstance(fn, pytypes.FunctionType):
+        raise ValueError(f"kernel must be a @cuda.jit kernel or a Python function, got "
+                         f"{type(kernel).__name__}")
+    mod = sys.modules.get(fn.__module__ or "")
+    if ((fn.__module__ or "").startswith(f"{__package__}.")
+            and getattr(getattr(mod, fn.__name__, None), "py_func", None) is fn):
+        return {"module": fn.__module__, "name": fn.__name__}  # the workbook's own kernels
+    if fn.__closure__:
+        raise ValueError(f"cannot compile {fn.__name__}: it uses variables of an enclosing "
+                         f"function; define it at the top level of a cell or module")
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"cannot compile {fn.__name__}: its source is not available "
+                         f"({exc})") from None
+    source = textwrap.dedent("".join(lines))
+    tree = ast.parse(source)
+    func = tree.body[0]
+    def_line = func.lineno  # the 'def' line, after any decorators
+    src_lines = source.splitlines()
+    body = [""] * (def_line - 1) + src_lines[def_line - 1:]  # decorators blanked, lines kept
+    globals_ = {}
+    for name in sorted(_global_names(fn.__code__)):
+        if name in fn.__globals__:
+            globals_[name] = _describe_value(name, fn.__globals__[name], fn.__name__)
+    return {"name": fn.__name__, "source": "\n".join(body) + "\n", "first_line": first,
+            "filename": fn.__code__.co_filename, "globals": globals_}
+
+
+# ----------------------------------------------------------------------- the compiler itself
+
+
+def _rebuild_value(spec: dict):
+    import importlib
+
+    import numpy as np
+    from numba import cuda
+    from numba.core import types as nbtypes
+
+    kind = spec["kind"]
+    if kind == "module":
+        return importlib.import_module(spec["module"])
+    if kind == "value":
+        return ast.literal_eval(spec["repr"])
+    if kind == "numpy_scalar":
+        return np.dtype(spec["dtype"]).type(spec["value"])
+    if kind == "numpy_type":
+        return getattr(np, spec["name"])
+    if kind == "numba_type":
+        return getattr(nbtypes, spec["name"])
+    if kind == "device":
+        return cuda.jit(device=True)(_rebuild_kernel(spec["ref"])[0])
+    return getattr(importlib.import_module(spec["module"]), spec["name"])
+
+
+def _rebuild_kernel(ref: dict):
+    """(Python function, {file index: source lines} resolver data) from :func:`_describe_kernel`."""
+    import importlib
+
+    if "module" in ref:
+        fn = getattr(importlib.import_module(ref["module"]), ref["name"]).py_func
+        return fn, None
+    namespace = {"__name__": f"_compiled_{ref['name']}", "__builtins__": __builtins__}
+    for name, spec in ref["globals"].items():
+        namespace[name] = _rebuild_value(spec)
+    padded = "\n" * (ref["first_line"] - 1) + ref["source"]
+    exec(compile(padded, ref["filename"], "exec"), namespace)  # noqa: S102 - the kernel's own code
+    return namespace[ref["name"]], padded.splitlines()
+
+
+def _compiler_versions(ptx: str) -> str:
+    from importlib import metadata
+
+    from cuda.bindings import nvjitlink
+
+    m = re.search(r"release ([\d.]+), V([\d.]+)", ptx)
+    isa = re.search(r"^\.version ([\d.]+)", ptx, re.M)
+    major, minor = nvjitlink.version()
+    try:
+        numba_cuda = metadata.version("numba-cuda")
+    except metadata.PackageNotFoundError:  # pragma: no cover - numba-cuda is a dependency
+        numba_cuda = "unknown"
+    return (f"numba-cuda {numba_cuda}, NVVM of CUDA {m.group(2) if m else 'unknown'} "
+            f"(PTX ISA {isa.group(1) if isa else '?'}), nvJitLink {major}.{minor}")
+
+
+def _link(ptx: str, arch: str, want_sass: bool) -> tuple[str, str | None]:
+    from cuda.bindings import nvjitlink
+
+    handle = nvjitlink.create(3, [f"-arch={arch}", "-Xptxas=-v", "-verbose"])
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        try:
+            nvjitlink.complete(handle)
+        finally:
+            size = nvjitlink.get_info_log_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_info_log(handle, buf)
+            log = buf.decode(errors="replace").rstrip("\x00")
+        sass = None
+        if want_sass:
+            cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+            nvjitlink.get_linked_cubin(handle, cubin)
+            sass = _disassemble(bytes(cubin))
+        return log, sass
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _disassemble(cubin: bytes) -> str | None:
+    """SASS of a cubin by ``cuobjdump --dump-sass`` where it is installed, else None."""
+    import shutil
+    import tempfile
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        try:
+            import nvidia.cuda_cuobjdump as pkg  # the PyPI package nvidia-cuda-cuobjdump
+
+            found = [os.path.join(p, "bin", "cuobjdump") for p in pkg.__path__]
+            tool = next((p for p in found if os.path.exists(p)), None)
+        except ImportError:
+            tool = None
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True)
+    return out.stdout if out.returncode == 0 else None
+
+
+def _error_location(text: str, filename: str | None, lines: list[str] | None) -> int | None:
+    """The kernel line an error points at: from the message where Numba gives one, else, for a
+    shared or local array of unknown size, the first such array whose size is not a literal,
+    a name or a tuple of those."""
+    found = [int(m.group(2)) for m in re.finditer(r'File "([^"]+)", line (\d+)', text)
+             if filename is None or m.group(1) == filename]
+    if found:
+        return found[-1]
+    if lines and ("shared.array" in text or "local.array" in text):
+        arrays = [(i, m.group(1)) for i, s in enumerate(lines, 1)
+                  for m in [re.search(r"(?:shared|local)\.array\(\s*(.+?),", s)] if m]
+        for i, size in arrays:
+            try:
+                node = ast.parse(size.strip(), mode="eval").body
+            except SyntaxError:
+                return i
+            parts = node.elts if isinstance(node, ast.Tuple) else [node]
+            if not all(isinstance(p, (ast.Constant, ast.Name)) for p in parts):
+                return i
+        return arrays[0][0] if arrays else None
+    return None
+
+
+def _hint_for(text: str) -> str | None:
+    if "shared.array" in text or "local.array" in text:
+        return ("the size of cuda.shared.array (and cuda.local.array) must be known when the "
+                "kernel is compiled: a literal such as (16, 16), or a global constant such as "
+                "TILE; not an argument, x.shape, or an expression computed in the kernel "
+                "(put a product such as TILE * TILE in a global constant of its own).")
+    if "Untyped global name" in text:
+        return "the kernel uses a name that is not defined where the kernel was defined."
+    return None
+
+
+def _compile_one(job: dict) -> dict:
+    from numba.cuda import compile_ptx
+    from numba.core import types as nbtypes
+
+    ref, arch = job["kernel"], job["target"]
+    name, padded = ref["name"], None
+    try:
+        fn, padded = _rebuild_kernel(ref)
+        namespace = {k: getattr(nbtypes, k) for k in dir(nbtypes) if not k.startswith("_")}
+        argtypes = tuple(eval(t, {"__builtins__": {}}, namespace)  # noqa: S307 - type names
+                         for t in job["argtypes"])
+        cc = (int(arch[3:-1]), int(arch[-1]))  # "sm_90" -> (9, 0)
+        ptx, _ = compile_ptx(fn, argtypes, cc=cc, lineinfo=True)
+    except Exception as exc:  # noqa: BLE001 - the compiler's verdict, reported
+        text = re.sub(r" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
+        filename = ref.get("filename")
+        lines = padded if padded is not None else (linecache.getlines(filename or "") or None)
+        line = _error_location(text, filename, lines)
+        source = lines[line - 1].strip() if line and lines and line <= len(lines) else None
+        first = [s.strip() for s in text.splitlines() if s.strip()][:2]
+        return {"error": {"kind": "compile", "kernel": name, "message": " ".join(first),
+                          "line": line, "source": source, "hint": _hint_for(text)}}
+    files = {int(m.group(1)): m.group(2) for m in re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]+)"',
+                                                             ptx, re.M)}
+    sources = {}
+    for index, path in files.items():
+        if padded is not None and path == ref.get("filename"):
+            sources[index] = padded
+        else:
+            sources[index] = linecache.getlines(path)
+    log, sass = _link(ptx, arch, job.get("sass", False))
+    return {"ok": {"name": name, "target": arch, "argtypes": list(job["argtypes"]),
+                   **ptxas_numbers(log),
+                   "fp64": fp64_instructions(ptx, sources),
+                   "compiler": _compiler_versions(ptx), "ptx": ptx, "sass": sass, "log": log}}
+
+
+def run_jobs(jobs: list[dict]) -> dict:
+    """Compile every job in this process (whose numba.cuda must be the real one):
+    ``{"unavailable": None or why not, "results": [one dict per job]}``."""
+    try:
+        from cuda.bindings import nvjitlink
+        from numba.cuda import compile_ptx
+
+        if compile_ptx is None:
+            raise ImportError("numba.cuda here is the simulator")
+        nvjitlink.version()
+    except Exception as exc:  # noqa: BLE001 - any failure to load the compiler
+        return {"unavailable": f"{type(exc).__name__}: {exc}", "results": []}
+    return {"unavailable": None, "results": [_compile_one(job) for job in jobs]}
+
+
+def run_in_child(jobs: list[dict]) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_DISABLE_PERFORMANCE_WARNINGS="1",
+               PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
+    try:
+        out = subprocess.run([sys.executable, "-m", "helpers.compiler_worker"],
+                             input=json.dumps(jobs), capture_output=True, text=True, cwd=root,
+                             env=env, timeout=CHILD_TIMEOUT_S + 20 * len(jobs))
+    except subprocess.TimeoutExpired:
+        limit = CHILD_TIMEOUT_S + 20 * len(jobs)
+        return {"unavailable": f"the compiler process took over {limit} s and was stopped",
+                "results": []}
+    lines = [s for s in out.stdout.splitlines() if s.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        return {"unavailable": "the compiler process failed: " + " | ".join(tail), "results": []}
+    return json.loads(lines[-1])
+
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_jobs(json.loads(sys.stdin.read() or "[]"))))

@@ -1,0 +1,256 @@
+"""helpers.compiled and helpers.kernels: every CUDA kernel of the workbook and of the lab
+solutions through the real compiler (NVVM + nvJitLink), for the oldest and newest target, with
+no GPU: no compile error, no FP64 instruction in a float32 kernel, no spill. Planted kernels
+show that each of those is caught."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda is imported)
+import ast
+import json
+import linecache
+import pathlib
+
+import numpy as np
+import pytest
+from numba import cuda, float32
+
+from helpers import backend, compiled, compiler_worker, kernels
+from helpers.checks import lab1, lab2
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+F1, F2, F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
+
+#: Argument types of the lab solutions' kernels, as the labs launch them.
+LAB_ARGTYPES = {
+    "lab1_first_kernels": {**lab1.KERNEL_ARGTYPES, "owner_kernel": ("int32[::1]",)},
+    "lab2_tiled_gemm": {"gemm_naive_kernel": lab2.KERNEL_ARGTYPES,
+                        "gemm_tiled_kernel": lab2.KERNEL_ARGTYPES,
+                        "early_exit_kernel": lab2.KERNEL_ARGTYPES},
+    "lab3_im2col": {"im2col_kernel": (F4, F2) + ("int64",) * 6,
+                    "col2im_kernel": (F2, F4) + ("int64",) * 6},
+}
+
+
+def _definitions_only(node: ast.stmt) -> bool:
+    """Imports, functions, and assignments of constants: what a cell defines, not what it runs."""
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
+        return True
+    if isinstance(node, ast.Assign):
+        allowed = (ast.Constant, ast.Name, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.Load,
+                   ast.operator, ast.unaryop)
+        return all(isinstance(n, allowed) for n in ast.walk(node.value))
+    return False
+
+
+def notebook_kernels(path: pathlib.Path) -> dict:
+    """The ``@cuda.jit`` kernels a notebook defines, rebuilt from its definitions (each cell's
+    source registered with linecache, so the compiler sees the same lines a learner does)."""
+    nb = json.loads(path.read_text())
+    namespace = {"__name__": f"_nb_{path.stem}"}
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        tree = ast.parse(source)
+        keep = [n for n in tree.body if _definitions_only(n)]
+        if not keep:
+            continue
+        filename = f"<{path.stem} cell {i}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(ast.Module(keep, []), filename, "exec"), namespace)  # noqa: S102
+    return {k: v for k, v in namespace.items() if hasattr(v, "py_func")}
+
+
+def _lab_jobs():
+    jobs, names = [], []
+    for stem, argtypes in LAB_ARGTYPES.items():
+        found = notebook_kernels(ROOT / "labs" / "solutions" / f"{stem}.ipynb")
+        assert set(argtypes) <= set(found), f"{stem}: kernels {set(argtypes) - set(found)} gone"
+        for name, types in argtypes.items():
+            for target in compiled.DEFAULT_TARGETS:
+                jobs.append(compiled.Job(found[name], types, target))
+                names.append(f"{stem}:{name}@{target}")
+    return names, jobs
+
+
+@pytest.fixture(scope="module")
+def table():
+    """The compiler's rows for every kernel of helpers, for sm_75 and sm_90 (one child)."""
+    return kernels.compiled_table(compiled.DEFAULT_TARGETS)
+
+
+@pytest.fixture(scope="module")
+def lab_results():
+    names, jobs = _lab_jobs()
+    return dict(zip(names, compiled.compile_many(jobs)))
+
+
+def test_every_helpers_kernel_compiles_in_float32_without_spills(table):
+    assert {r["kernel"] for r in table} == {k.name for k in kernels.KERNELS}
+    assert {r["target"] for r in table} == set(compiled.DEFAULT_TARGETS)
+    problems = [f"{r['kernel']}@{r['target']}: {r.get('error') or ''} fp64="
+                f"{r.get('fp64_instructions')} spills={r.get('spill_bytes')}"
+                for r in table if r.get("error") or r["fp64_instructions"] or r["spill_bytes"]]
+    assert not problems, problems
+    for r in table:
+        assert 1 <= r["regs_per_thread"] <= 255
+        assert 0 < r["occupancy_pct"] <= 100
+        assert r["compiler"].startswith("numba-cuda ")
+
+
+def test_every_lab_solution_kernel_compiles_in_float32_without_spills(lab_results):
+    assert len(lab_results) == 2 * sum(len(v) for v in LAB_ARGTYPES.values())
+    bad = {name: (r if isinstance(r, compiled.CompileError) else r.problems())
+           for name, r in lab_results.items()
+           if isinstance(r, compiled.CompileError) or r.problems()}
+    assert not bad, bad
+
+
+def test_direct_tiled_reaches_half_occupancy_on_an_h100(table):
+    row = next(r for r in table if r["kernel"] == "direct_tiled_kernel" and r["target"] == "sm_90")
+    assert row["regs_per_thread"] <= 64
+    assert row["occupancy_pct"] >= 50.0
+    assert row["smem_per_block"] >= 4 * 32 * 32  # its shared input tile is really allocated
+
+
+def test_the_first_tiled_kernel_is_the_before_the_compiler_objects_to():
+    before = {r["target"]: r for r in kernels.compiled_table(("sm_90",), kernels.BEFORE_KERNELS)}
+    assert before["sm_90"]["fp64_instructions"] > 0
+    assert before["sm_90"]["regs_per_thread"] > 100
+    assert before["sm_90"]["occupancy_pct"] < 50.0
+
+
+TILE = 8
+
+
+@cuda.jit
+def planted_float64_accumulator(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        acc = 0.0
+        for j in range(x.size):
+            acc += x[j]
+        out[i] = acc
+
+
+@cuda.jit
+def planted_runtime_shared_size(x, out):
+    tile = cuda.shared.array(cuda.blockDim.x, float32)  # the size is known only at launch
+    i = cuda.grid(1)
+    tile[cuda.threadIdx.x] = x[i]
+    cuda.syncthreads()
+    out[i] = tile[0]
+
+
+@cuda.jit
+def planted_float32(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        acc = float32(0.0)
+        for j in range(x.size):
+            acc += x[j]
+        out[i] = acc * TILE
+
+
+def test_a_float64_accumulator_is_caught_with_its_line_and_fix():
+    c = compiled.compile_kernel(planted_float64_accumulator, (F1, F1), "sm_75")
+    assert c.fp64_count > 0
+    assert "acc += x[j]" in {f.source for f in c.fp64}
+    assert any(f.ptx.startswith("add.f64") for f in c.fp64)
+    assert c.problems() and "FP64" in c.problems()[0]
+    import inspect
+
+    advice = compiled.fp64_advice(c, inspect.getsource(planted_float64_accumulator.py_func))
+    assert "acc = float32(0.0)" in advice
+    ok = compiled.compile_kernel(planted_float32, (F1, F1), "sm_75")
+    assert ok.fp64 == () and ok.problems() == [] and compiled.fp64_advice(ok) is None
+    # the multiply-add of the fixed kernel is a float32 add in the PTX
+    line = planted_float32.py_func.__code__.co_firstlineno + 6  # decorator line + 6
+    assert any(s.startswith("add.f32") for s in ok.ptx_for_line(line))
+
+
+def test_a_shared_array_sized_at_run_time_does_not_compile():
+    with pytest.raises(compiled.CompileError) as info:
+        compiled.compile_kernel(planted_runtime_shared_size, (F1, F1), "sm_90")
+    err = info.value
+    assert err.kernel == "planted_runtime_shared_size"
+    assert err.source.startswith("tile = cuda.shared.array(cuda.blockDim.x, float32)")
+    assert "global constant" in err.hint
+
+
+def test_compile_many_returns_errors_in_place_and_caches():
+    jobs = [compiled.Job(planted_float32, (F1, F1), "sm_90"),
+            compiled.Job(planted_runtime_shared_size, (F1, F1), "sm_90")]
+    first = compiled.compile_many(jobs)
+    assert isinstance(first[0], compiled.CompiledKernel)
+    assert isinstance(first[1], compiled.CompileError)
+    again = compiled.compile_many(jobs[:1])
+    assert again[0] == first[0]
+
+
+@pytest.mark.parametrize("argtypes, target, match", [
+    ((F1, F1), "sm_61", "target must be one of"),
+    (F1, "sm_90", "argtypes must be a sequence"),
+    ((F1, 3), "sm_90", "argtypes must be a sequence"),
+])
+def test_bad_arguments_are_refused_before_compiling(argtypes, target, match):
+    with pytest.raises(ValueError, match=match):
+        compiled.compile_kernel(planted_float32, argtypes, target)
+
+
+def test_a_kernel_that_cannot_be_described_is_refused():
+    scale = 2.0
+
+    def closure(x, out):
+        out[0] = x[0] * scale
+
+    with pytest.raises(ValueError, match="enclosing function"):
+        compiled.compile_kernel(closure, (F1, F1))
+    with pytest.raises(ValueError, match="must be a @cuda.jit kernel"):
+        compiled.compile_kernel(np.sum, (F1,))
+
+
+def test_ptxas_report_is_parsed():
+    log = ("ptxas         .     8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads\n"
+           "ptxas info    : Used 40 registers, used 1 barriers\n"
+           "info    : used 40 registers, used 1 barriers, 8 stack, 3072 bytes smem, 0 bytes lmem\n")
+    got = compiler_worker.ptxas_numbers(log)
+    assert got == {"regs_per_thread": 40, "barriers": 1, "smem_per_block": 3072,
+                   "stack_bytes": 8, "spill_store_bytes": 12, "spill_load_bytes": 16}
+
+
+def test_fp64_scan_counts_arithmetic_not_moves():
+    ptx = ("\t.file 1 \"k.py\"\n\t.loc 1 3 0\n\tld.global.f64 %fd1, [%rd1];\n"
+           "\tmov.f64 %fd2, %fd1;\n\t.loc 1 4 0\n\tfma.rn.f64 %fd3, %fd1, %fd2, %fd2;\n"
+           "\t@%p1 cvt.rn.f32.f64 %f1, %fd3;\n\tfma.rn.f32 %f2, %f1, %f1, %f1;\n")
+    found = compiler_worker.fp64_instructions(ptx, {1: ["a", "b", "c = x", "acc += c"]})
+    assert [f["ptx"].split()[0] for f in found] == ["fma.rn.f64", "cvt.rn.f32.f64"]
+    assert {f["line"] for f in found} == {4} and found[0]["source"] == "acc += c"
+
+
+def test_kernels_command_prints_every_kernel_and_target(capsys):
+    assert kernels.main(["--targets", "sm_75", "sm_90"]) == 0
+    out = capsys.readouterr().out
+    assert "nvJitLink" in out
+    for spec in kernels.KERNELS:
+        assert f"{spec.name:<26}sm_75 T4" in out and f"{spec.name:<26}sm_90 H100" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_the_compiler_agrees_with_the_loaded_kernels():
+    """On a GPU: registers read from the kernels Numba loaded equal the compiler's for this
+    GPU's architecture (shared memory within the 1 KB sm_90 reports as reserved)."""
+    from helpers import gpu_experiments as ge
+
+    major, minor = cuda.get_current_device().compute_capability
+    arch = f"sm_{major}{minor}"
+    if arch not in compiled.TARGETS:
+        pytest.skip(f"{arch} is not one of the compiled targets")
+    ours = {r["kernel"]: r for r in kernels.compiled_table((arch,))}
+    loaded = {r["kernel"]: r for r in ge.kernel_resources()}
+    for name, r in loaded.items():
+        assert r["regs_per_thread"] == ours[name]["regs_per_thread"], name
+        assert abs(r["smem_per_block"] - ours[name]["smem_per_block"]) <= 1024, name
+    assert backend.MODE == "gpu"
