@@ -1,10 +1,11 @@
 """The real compiler's view of a Numba CUDA kernel, with or without a GPU.
 
-:func:`compile_kernel` compiles a ``@cuda.jit`` kernel for given argument types to PTX with
-Numba's NVVM front end, assembles the PTX for one GPU architecture with nvJitLink
-(``-Xptxas=-v``) and returns a :class:`CompiledKernel`: registers per thread, static shared
-memory per block (bytes), spill and local-memory bytes, barriers, the FP64 instructions (with
-their source lines) and the theoretical occupancy at a block size (:mod:`helpers.occupancy`).
+:func:`compile_kernel` compiles a ``@cuda.jit`` kernel for given argument types with Numba's
+NVVM front end and links it for one GPU architecture with nvJitLink (``-Xptxas=-v``), as Numba
+does on a GPU (link-time optimised where nvJitLink allows), and returns a
+:class:`CompiledKernel`: registers per thread, static shared memory per block (bytes), spill
+and local-memory bytes, barriers, the PTX with its FP64 instructions (and their source lines),
+and the theoretical occupancy at a block size (:mod:`helpers.occupancy`).
 The simulator's ``numba.cuda`` has no compiler, so without a GPU the work runs in a child
 Python process with ``NUMBA_ENABLE_CUDASIM=0``. Targets: :data:`TARGETS` (sm_75 T4 ... sm_90
 H100). Argument types are Numba type strings: ``"float32[:, ::1]"`` (C-contiguous 2-D),
@@ -27,7 +28,7 @@ from . import compiler_worker as worker
 
 __all__ = ["Target", "TARGETS", "DEFAULT_TARGETS", "Fp64Instruction", "CompiledKernel",
            "CompileError", "CompilerUnavailable", "compile_kernel", "compile_many",
-           "fp64_advice", "compiler_refusal", "Job"]
+           "fp64_advice", "compiler_refusal", "source_line", "Job"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +262,25 @@ def compile_kernel(kernel, argtypes: Sequence[str], target: str = "sm_90",
     if isinstance(result, CompileError):
         raise result
     return result
+
+
+def source_line(kernel, text: str) -> int:
+    """The line number, in its file, of the first line of ``kernel``'s source that contains
+    ``text``: the number :meth:`CompiledKernel.ptx_for_line` takes.
+
+    Raises:
+        ValueError: no line of the kernel contains ``text``, or its source is unavailable.
+    """
+    import inspect
+
+    try:
+        lines, first = inspect.getsourcelines(getattr(kernel, "py_func", kernel))
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"the kernel's source is not available ({exc})") from None
+    for offset, line in enumerate(lines):
+        if text in line:
+            return first + offset
+    raise ValueError(f"no line of the kernel contains {text!r}")
 
 
 def fp64_advice(compiled: CompiledKernel, kernel_source: str | None = None) -> str | None:

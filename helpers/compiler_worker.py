@@ -207,13 +207,26 @@ def _compiler_versions(ptx: str) -> str:
             f"(PTX ISA {isa.group(1) if isa else '?'}), nvJitLink {major}.{minor}")
 
 
-def _link(ptx: str, arch: str, want_sass: bool) -> tuple[str, str | None]:
+def lto_available() -> bool:
+    """Whether Numba links kernels with link-time optimisation on a GPU here: it does when
+    nvJitLink 12.3 or newer is installed (``numba.cuda.decorators.jit``, ``lto=None``)."""
+    try:
+        from cuda.bindings import nvjitlink
+
+        return nvjitlink.version() >= (12, 3)
+    except Exception:  # noqa: BLE001 - no usable nvJitLink
+        return False
+
+
+def _link(code: bytes, lto: bool, arch: str, want_sass: bool) -> tuple[str, str | None]:
+    """Assemble PTX (``lto=False``) or link LTO-IR with ``-lto`` for ``arch``: (log, SASS)."""
     from cuda.bindings import nvjitlink
 
-    handle = nvjitlink.create(3, [f"-arch={arch}", "-Xptxas=-v", "-verbose"])
+    options = [f"-arch={arch}", "-Xptxas=-v", "-verbose"] + (["-lto"] if lto else [])
+    handle = nvjitlink.create(len(options), options)
     try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        kind = nvjitlink.InputType.LTOIR if lto else nvjitlink.InputType.PTX
+        nvjitlink.add_data(handle, kind, code, len(code), "kernel")
         try:
             nvjitlink.complete(handle)
         finally:
@@ -318,11 +331,22 @@ def _compile_one(job: dict) -> dict:
             sources[index] = padded
         else:
             sources[index] = linecache.getlines(path)
-    log, sass = _link(ptx, arch, job.get("sass", False))
+    # Resources as Numba gets them on a GPU: with nvJitLink it compiles kernels to LTO-IR and
+    # links them with link-time optimisation, which allocates registers differently from PTX.
+    lto = lto_available()
+    if lto:
+        from numba.cuda import compile as compile_cuda
+
+        code, _ = compile_cuda(fn, argtypes, cc=cc, device=False, abi="numba", output="ltoir")
+        code = bytes(code)
+    else:
+        code = ptx.encode()
+    log, sass = _link(code, lto, arch, job.get("sass", False))
+    compiler = _compiler_versions(ptx) + (" with LTO" if lto else "")
     return {"ok": {"name": name, "target": arch, "argtypes": list(job["argtypes"]),
                    **ptxas_numbers(log),
                    "fp64": fp64_instructions(ptx, sources),
-                   "compiler": _compiler_versions(ptx), "ptx": ptx, "sass": sass, "log": log}}
+                   "compiler": compiler, "ptx": ptx, "sass": sass, "log": log}}
 
 
 def run_jobs(jobs: list[dict]) -> dict:

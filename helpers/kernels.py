@@ -17,9 +17,11 @@ import dataclasses
 import importlib
 import sys
 
-from . import compiled
+from . import compiled, gemm
+from .conv import direct, unroll
 
-__all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "compiled_table", "format_table", "main"]
+__all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "spec", "compiled_table", "format_table",
+           "main"]
 
 _F1, _F2, _F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
 _I = "int64"
@@ -49,20 +51,20 @@ class KernelSpec:
 #: The workbook's kernels: convolution (helpers.conv), GEMM (helpers.gemm), the first kernels
 #: of notebook 01 (helpers.elementwise) and the memory experiments of notebook 07.
 KERNELS: list[KernelSpec] = [
-    KernelSpec("direct_naive_kernel", "helpers.conv.direct", "direct-naive", 128,
+    KernelSpec("direct_naive_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 4),
-    KernelSpec("direct_tiled_kernel", "helpers.conv.direct", "direct-tiled", 64,
+    KernelSpec("direct_tiled_kernel", "helpers.conv.direct", "direct-tiled", direct.TILE ** 2,
                (_F1, _F1, _F1) + (_I,) * 12),
-    KernelSpec("direct_dx_kernel", "helpers.conv.direct", "direct-naive", 128,
+    KernelSpec("direct_dx_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 4),
-    KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", 128,
+    KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 4),
-    KernelSpec("im2col_kernel", "helpers.conv.unroll", "im2col-gemm", 128,
+    KernelSpec("im2col_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
                (_F4, _F2) + (_I,) * 8),
-    KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", 128,
+    KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
                (_F2, _F4) + (_I,) * 8),
-    KernelSpec("gemm_naive_kernel", "helpers.gemm", "im2col-tiled", 256, (_F2,) * 3),
-    KernelSpec("gemm_tiled_kernel", "helpers.gemm", "im2col-tiled", 256, (_F2,) * 3),
+    KernelSpec("gemm_naive_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
+    KernelSpec("gemm_tiled_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
     KernelSpec("relu_kernel", "helpers.elementwise", "elementwise", 256, (_F1, _F1)),
     KernelSpec("relu_grid_stride_kernel", "helpers.elementwise", "elementwise", 256,
                (_F1, _F1)),
@@ -81,11 +83,27 @@ KERNELS: list[KernelSpec] = [
 ]
 
 #: Kernels kept to show what changed: the first ``direct_tiled_kernel`` (float64 accumulator,
-#: about 130 registers). Not launched by any strategy; the compiler is expected to object.
+#: about 130 registers) and the naive kernel with ``acc = 0.0``. Not launched by any
+#: strategy; the compiler is expected to object to both.
 BEFORE_KERNELS: list[KernelSpec] = [
-    KernelSpec("direct_tiled_kernel_first", "helpers.conv.direct", "direct-tiled", 64,
+    KernelSpec("direct_tiled_kernel_first", "helpers.conv.direct", "direct-tiled",
+               direct.TILE ** 2, (_F4, _F4, _F4) + (_I,) * 4),
+    KernelSpec("direct_naive_kernel_float64", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 4),
 ]
+
+
+def spec(name: str) -> KernelSpec:
+    """The :class:`KernelSpec` of a kernel of :data:`KERNELS` or :data:`BEFORE_KERNELS`.
+
+    Raises:
+        ValueError: no kernel of that name (the message lists them).
+    """
+    for s in KERNELS + BEFORE_KERNELS:
+        if s.name == name:
+            return s
+    raise ValueError(f"name must be one of {[s.name for s in KERNELS + BEFORE_KERNELS]}, "
+                     f"got {name!r}")
 
 
 def compiled_table(targets=compiled.DEFAULT_TARGETS,
@@ -134,15 +152,15 @@ def format_table(rows: list[dict]) -> str:
     compiler's versions."""
     versions = sorted({r["compiler"] for r in rows if r.get("compiler")})
     lines = [f"Compiled by {', '.join(versions) or 'nothing'} (no GPU needed)",
-             f"{'kernel':<26}{'target':<12}{'block':>6}{'regs':>6}{'smem (B)':>10}"
+             f"{'kernel':<28}{'target':<12}{'block':>6}{'regs':>6}{'smem (B)':>10}"
              f"{'spill (B)':>10}{'FP64':>6}{'warps':>9}{'occupancy':>11}  limited by"]
     for r in rows:
         where = f"{r['target']} {r['gpu']}"
         if r.get("error"):
-            lines.append(f"{r['kernel']:<26}{where:<12}  does not compile: {r['error']}")
+            lines.append(f"{r['kernel']:<28}{where:<12}  does not compile: {r['error']}")
             continue
         warps = f"{r['active_warps']}/{r['max_warps']}"
-        lines.append(f"{r['kernel']:<26}{where:<12}{r['threads_per_block']:>6}"
+        lines.append(f"{r['kernel']:<28}{where:<12}{r['threads_per_block']:>6}"
                      f"{r['regs_per_thread']:>6}{r['smem_per_block']:>10,}{r['spill_bytes']:>10}"
                      f"{r['fp64_instructions']:>6}{warps:>9}{r['occupancy_pct']:>10.1f}%  "
                      f"{r['limiter']}")

@@ -114,11 +114,14 @@ def test_direct_tiled_reaches_half_occupancy_on_an_h100(table):
     assert row["smem_per_block"] >= 4 * 32 * 32  # its shared input tile is really allocated
 
 
-def test_the_first_tiled_kernel_is_the_before_the_compiler_objects_to():
-    before = {r["target"]: r for r in kernels.compiled_table(("sm_90",), kernels.BEFORE_KERNELS)}
-    assert before["sm_90"]["fp64_instructions"] > 0
-    assert before["sm_90"]["regs_per_thread"] > 100
-    assert before["sm_90"]["occupancy_pct"] < 50.0
+def test_the_kept_first_versions_are_the_befores_the_compiler_objects_to(table):
+    before = {r["kernel"]: r for r in kernels.compiled_table(("sm_90",), kernels.BEFORE_KERNELS)}
+    now = {r["kernel"]: r for r in table if r["target"] == "sm_90"}
+    first = before["direct_tiled_kernel_first"]
+    assert first["fp64_instructions"] > 0 and first["occupancy_pct"] < 50.0
+    assert first["regs_per_thread"] > now["direct_tiled_kernel"]["regs_per_thread"]
+    assert before["direct_naive_kernel_float64"]["fp64_instructions"] > 0
+    assert now["direct_naive_kernel"]["fp64_instructions"] == 0
 
 
 TILE = 8
@@ -234,7 +237,7 @@ def test_kernels_command_prints_every_kernel_and_target(capsys):
     out = capsys.readouterr().out
     assert "nvJitLink" in out
     for spec in kernels.KERNELS:
-        assert f"{spec.name:<26}sm_75 T4" in out and f"{spec.name:<26}sm_90 H100" in out
+        assert f"{spec.name:<28}sm_75 T4" in out and f"{spec.name:<28}sm_90 H100" in out
 
 
 @pytest.mark.gpu
@@ -254,3 +257,14 @@ def test_the_compiler_agrees_with_the_loaded_kernels():
         assert r["regs_per_thread"] == ours[name]["regs_per_thread"], name
         assert abs(r["smem_per_block"] - ours[name]["smem_per_block"]) <= 1024, name
     assert backend.MODE == "gpu"
+
+
+def test_each_spec_names_its_kernel_with_one_type_per_argument():
+    from helpers import gpu_experiments as ge
+
+    for spec in kernels.KERNELS + kernels.BEFORE_KERNELS:
+        fn = spec.dispatcher().py_func
+        assert fn.__code__.co_argcount == len(spec.argtypes), spec.name
+    assert kernels.spec("transpose_shared_kernel").threads_per_block == ge.TILE_DIM * ge.BLOCK_ROWS
+    with pytest.raises(ValueError, match="name must be one of"):
+        kernels.spec("no_such_kernel")

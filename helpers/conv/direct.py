@@ -9,7 +9,7 @@ element is read from global memory once per block instead of up to R*S times; fi
 ``MAX_KERNEL``, strides up to ``MAX_STRIDE`` (:func:`tiled_supports`). Backward (shared by both
 CUDA strategies and written the same on the CPU): ``dx`` by one thread per input element
 gathering every (k, r, s) that reads it (no atomics), ``dw`` by one thread per filter element.
-``python -m helpers.gpu_experiments --compiled`` shows each kernel's registers and occupancy.
+``python -m helpers.kernels`` shows each kernel's registers and occupancy.
 
 Shapes (cuDNN paper): x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32 tensors from
 :mod:`helpers.conv._arrays` (zero-copy views handed to the kernels).
@@ -32,7 +32,7 @@ from .phases import phase
 __all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "THREADS", "forward_cpu", "backward_cpu",
            "forward_naive", "forward_tiled", "backward_cuda", "naive_supports", "tiled_supports",
            "window_reads", "TileTraffic", "tile_traffic", "TILED_SHARED_BYTES",
-           "direct_tiled_kernel_first"]
+           "direct_tiled_kernel_first", "direct_naive_kernel_float64"]
 
 TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
 MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared filter array holds
@@ -522,3 +522,30 @@ def direct_tiled_kernel_first(x, w, y, sh, sw, ph, pw):
         cuda.syncthreads()
     if p < p_ and q < q_:
         y[n, k, p, q] = acc
+
+
+@cuda.jit
+def direct_naive_kernel_float64(x, w, y, sh, sw, ph, pw):
+    """:func:`direct_naive_kernel` as first written, with ``acc = 0.0``: kept for notebook 03 to
+    show what a float literal does on a GPU (a float64 accumulator: every multiply-add becomes
+    a conversion and a float64 add). Same launch and results; not used by any strategy."""
+    i = cuda.grid(1)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = y.shape[2], y.shape[3]
+    if i >= n_ * k_ * p_ * q_:
+        return
+    q = i % q_
+    p = (i // q_) % p_
+    k = (i // (q_ * p_)) % k_
+    n = i // (q_ * p_ * k_)
+    acc = 0.0
+    for c in range(c_):
+        for r in range(r_):
+            hi = p * sh + r - ph
+            if hi >= 0 and hi < h_:
+                for s in range(s_):
+                    wi = q * sw + s - pw
+                    if wi >= 0 and wi < w_:
+                        acc += x[n, c, hi, wi] * w[k, c, r, s]
+    y[n, k, p, q] = acc
