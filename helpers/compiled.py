@@ -28,7 +28,7 @@ from . import compiler_worker as worker
 
 __all__ = ["Target", "TARGETS", "DEFAULT_TARGETS", "Fp64Instruction", "CompiledKernel",
            "CompileError", "CompilerUnavailable", "compile_kernel", "compile_many",
-           "fp64_advice", "compiler_refusal", "source_line", "Job"]
+           "fp64_advice", "source_line", "Job"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,15 +177,6 @@ def _run(jobs: list[dict]) -> list[dict]:
     return answer["results"]
 
 
-def compiler_refusal() -> str | None:
-    """None if kernels can be compiled here, else why not (for messages)."""
-    try:
-        _run([])
-    except CompilerUnavailable as exc:
-        return str(exc)
-    return None
-
-
 def _result(raw: dict) -> CompiledKernel:
     if "error" in raw:
         err = raw["error"]
@@ -310,14 +301,14 @@ def fp64_advice(compiled: CompiledKernel, kernel_source: str | None = None) -> s
                     and isinstance(node.value.value, float) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
                     and node.targets[0].id in augmented):
-                culprits.append(node.targets[0].id)
+                culprits.append((node.targets[0].id, node.value.value))
     if culprits:
-        name = culprits[0]
+        name, value = culprits[0]
         return (f"on a GPU this kernel would compute in float64 ({compiled.fp64_count} FP64 "
-                f"instructions, the first from {where}): a float literal such as `{name} = 0.0` "
-                f"is a float64 in Numba, so every `{name} += ...` is a float64 add, "
-                f"up to 64 times slower than float32. Write `{name} = float32(0.0)` "
-                f"(`from numba import float32`).")
+                f"instructions, the first from {where}): a float literal such as "
+                f"`{name} = {value!r}` is a float64 in Numba, so every `{name} += ...` is a "
+                f"float64 add, up to 64 times slower than float32. Write "
+                f"`{name} = float32({value!r})` (`from numba import float32`).")
     return (f"on a GPU this kernel would compute in float64 ({compiled.fp64_count} FP64 "
             f"instructions, the first from {where}): a Python float literal, or float32 "
             f"mixed with an int (as in max(x, 0)), is computed as float64 in Numba. Use "

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from . import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
+from . import backend, occupancy  # noqa: F401  (backend decides simulator vs GPU first)
 from numba import cuda  # noqa: E402
 
 __all__ = [
@@ -94,14 +94,19 @@ def launch_config(n: int, threads_per_block: int = 256) -> tuple[int, int]:
         ``(blocks, threads_per_block)`` with ``blocks = ceil(n / threads_per_block)``.
 
     Raises:
-        ValueError: n < 1 or threads_per_block outside 1..1024.
+        ValueError: n < 1, threads_per_block outside 1..1024, or more blocks than a grid may
+            have (2**31 - 1 along x).
     """
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if (not isinstance(threads_per_block, (int, np.integer)) or isinstance(threads_per_block, bool)
             or not 1 <= threads_per_block <= 1024):
         raise ValueError(f"threads_per_block must be in 1..1024, got {threads_per_block!r}")
-    return math.ceil(n / threads_per_block), int(threads_per_block)
+    blocks = math.ceil(n / threads_per_block)
+    reason = occupancy.grid_refusal(blocks, f"one thread per element of {n:,}")
+    if reason:
+        raise ValueError(reason)
+    return blocks, int(threads_per_block)
 
 
 def _check_vector(name: str, a) -> np.ndarray:

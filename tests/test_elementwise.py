@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
@@ -178,6 +178,7 @@ def test_launch_config_default_and_numpy_integers():
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 10**12), tpb=st.integers(1, 1024))
 def test_launch_config_properties(n, tpb):
+    assume(-(-n // tpb) <= 2**31 - 1)  # beyond that the grid is refused (test below)
     blocks, t = ew.launch_config(n, tpb)
     assert t == tpb
     assert blocks >= 1
@@ -271,3 +272,9 @@ def test_simulator_refuses_large_sizes(rng):
         ew.relu(x, grid_stride_blocks=1)
     with pytest.raises(ValueError, match="simulator"):
         ew.thread_map(n, 256)
+
+
+def test_launch_config_refuses_more_blocks_than_a_grid_holds():
+    assert ew.launch_config(2**31 - 1, 1) == (2**31 - 1, 1)
+    with pytest.raises(ValueError, match="grid x"):
+        ew.launch_config(2**31, 1)
