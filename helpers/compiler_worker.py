@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dis
+import glob
 import inspect
 import json
 import linecache
@@ -245,25 +246,31 @@ def _link(code: bytes, lto: bool, arch: str, want_sass: bool) -> tuple[str, str 
 
 
 def _disassemble(cubin: bytes) -> str | None:
-    """SASS of a cubin by ``cuobjdump --dump-sass`` where it is installed, else None."""
+    """SASS of a cubin by ``cuobjdump --dump-sass`` (which calls ``nvdisasm``) where both are
+    installed (on PATH, or from the PyPI packages nvidia-cuda-cuobjdump and
+    nvidia-cuda-nvdisasm), else None."""
     import shutil
     import tempfile
 
     tool = shutil.which("cuobjdump")
-    if tool is None:
+    if tool is None:  # the PyPI package nvidia-cuda-cuobjdump puts it in nvidia/*/bin
         try:
-            import nvidia.cuda_cuobjdump as pkg  # the PyPI package nvidia-cuda-cuobjdump
+            import nvidia
 
-            found = [os.path.join(p, "bin", "cuobjdump") for p in pkg.__path__]
-            tool = next((p for p in found if os.path.exists(p)), None)
+            found = [p for base in nvidia.__path__
+                     for p in sorted(glob.glob(os.path.join(base, "*", "bin", "cuobjdump")))]
+            tool = found[0] if found else None
         except ImportError:
             tool = None
     if tool is None:
         return None
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(tool),
+                                                   os.environ.get("PATH", "")]))
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True)
+        out = subprocess.run([tool, "--dump-sass", f.name], capture_output=True, text=True,
+                             env=env)
     return out.stdout if out.returncode == 0 else None
 
 

@@ -268,3 +268,14 @@ def test_each_spec_names_its_kernel_with_one_type_per_argument():
     assert kernels.spec("transpose_shared_kernel").threads_per_block == ge.TILE_DIM * ge.BLOCK_ROWS
     with pytest.raises(ValueError, match="name must be one of"):
         kernels.spec("no_such_kernel")
+
+
+def test_sass_shows_the_float64_add_the_gpu_would_run():
+    """The SASS (cuobjdump + nvdisasm, installed with the workbook on Linux): the machine code
+    of the float64 accumulator adds in double precision (DADD), the float32 one does not."""
+    bad = compiled.compile_kernel(planted_float64_accumulator, (F1, F1), "sm_90", sass=True)
+    good = compiled.compile_kernel(planted_float32, (F1, F1), "sm_90", sass=True)
+    if bad.sass is None:
+        pytest.skip("cuobjdump and nvdisasm are not installed here (Linux installs them)")
+    assert "DADD" in bad.sass and "DADD" not in good.sass
+    assert "FADD" in good.sass
