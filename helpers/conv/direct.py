@@ -35,7 +35,7 @@ __all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "THREADS", "forward_cpu", "backwa
            "direct_tiled_kernel_first", "direct_naive_kernel_float64"]
 
 TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
-MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared filter array holds
+MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared input tile is sized for
 MAX_STRIDE = 3    #: largest stride its shared input tile is sized for
 IN_TILE = (TILE - 1) * MAX_STRIDE + MAX_KERNEL  #: shared input tile edge (with halo)
 THREADS = 128     #: threads per block of the one-thread-per-element kernels
