@@ -50,6 +50,9 @@ def instructions(ptx: str):
 
 
 def fp64_instructions(ptx: str, sources: dict[int, list[str]]) -> list[dict]:
+    """Every PTX instruction that computes, compares or converts in float64 (loads, stores and
+    moves of 64-bit values are not counted), as ``{"ptx", "line", "source"}`` dicts; ``sources``
+    maps a ``.file`` index to that file's lines, for the source text."""
     found = []
     for loc, text in instructions(ptx):
         opcode = text.split()[0].rstrip(";")
@@ -64,6 +67,9 @@ def fp64_instructions(ptx: str, sources: dict[int, list[str]]) -> list[dict]:
 
 
 def ptxas_numbers(log: str) -> dict:
+    """Registers per thread, barriers, static shared memory, stack frame and spill bytes from
+    the assembler's ``-v`` report (0 where the report does not mention one)."""
+
     def grab(pattern, default=0):
         m = re.search(pattern, log)
         return int(m.group(1)) if m else default
@@ -178,7 +184,8 @@ def _rebuild_value(spec: dict):
 
 
 def _rebuild_kernel(ref: dict):
-    """(Python function, {file index: source lines} resolver data) from :func:`_describe_kernel`."""
+    """The Python function a :func:`describe_kernel` description stands for, and the lines of
+    the source it was compiled from (None for a module's kernel: linecache has its file)."""
     import importlib
 
     if "module" in ref:
