@@ -40,7 +40,7 @@ Addresses are counted from the start of each array, which ``cudaMalloc`` aligns 
 Shared memory has 32 banks of 4-byte words: word ``k`` lives in bank ``k % 32``.
 
 Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016, Section IV-C, Figure 6 and Table II; NVIDIA CUDA C Best Practices Guide
+ICPP 2016, Section V-C, Figure 6 and Table II; NVIDIA CUDA C Best Practices Guide
 ("Coalesced access to global memory", "Shared memory and memory banks", "Branching and
 divergence") and the "Efficient matrix transpose in CUDA C" example (32 x 33 tile).
 """

@@ -14,7 +14,7 @@ SM's maximum. Four limits apply, and the smallest wins:
    capability 8.0 and later) is allocated in units of ``smem_alloc_unit``, from
    ``smem_per_sm`` bytes.
 
-The study's example (Section IV-C, Table II): cuda-convnet2's kernel uses 116 registers per
+The study's example (Section V-C, Table II): cuda-convnet2's kernel uses 116 registers per
 thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers, and
 the SM's 65,536 registers hold ``floor(65536 / 3840) = 17`` such warps: 17 active warps of 64,
 a theoretical occupancy of 26.6 % at best, which is why its measured occupancy was 14-22 %.
@@ -23,7 +23,7 @@ Limits per compute capability are those of NVIDIA's CUDA Occupancy Calculator an
 Programming Guide's table of technical specifications (per SM; the largest shared-memory
 carve-out). Units: registers are 32-bit registers, shared memory is bytes.
 
-Source: Li et al., ICPP 2016, Section IV-C, Figure 6 and Table II; NVIDIA CUDA C Programming
+Source: Li et al., ICPP 2016, Section V-C, Figure 6 and Table II; NVIDIA CUDA C Programming
 Guide, "Compute Capabilities" (technical specifications) and the CUDA Occupancy Calculator.
 """
 
@@ -192,7 +192,7 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
     Raises:
         ValueError: unknown GPU, or an argument outside its range (the message names it).
 
-    Source: the CUDA Occupancy Calculator's method; study Section IV-C (achieved occupancy
+    Source: the CUDA Occupancy Calculator's method; study Section V-C (achieved occupancy
     under 30 %, Figure 6) and Table II (registers and shared memory per kernel).
     """
     lim = limits_for(gpu)

@@ -1250,7 +1250,7 @@ def occupancy_curve_figure(gpu: str, threads_per_block: int, regs_per_thread: in
         ValueError: an unknown GPU or ``vary``, or a configuration outside the ranges of
             :func:`helpers.occupancy.occupancy`.
 
-    Source: the CUDA Occupancy Calculator's charts; study Figure 6 and Section IV-C.
+    Source: the CUDA Occupancy Calculator's charts; study Figure 6 and Section V-C.
     """
     from . import occupancy as occ_mod
 

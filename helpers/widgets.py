@@ -524,7 +524,7 @@ class OccupancyExplorer(_Explorer):
     block) or any other error shows a message in place of the chart, never a traceback, and
     the controls stay as left.
 
-    Source: study Section IV-C, Figure 6 (achieved occupancy mostly under 30 %) and Table II;
+    Source: study Section V-C, Figure 6 (achieved occupancy mostly under 30 %) and Table II;
     the CUDA Occupancy Calculator.
 
     Attributes:

@@ -9,7 +9,7 @@ from helpers.occupancy import SM_LIMITS, limits_for, occupancy, warps_limited_by
 
 def test_the_studys_example_116_registers_on_a_k40c_give_17_warps():
     # 116 * 32 = 3,712 registers a warp, allocated in units of 256: 3,840.
-    # 65,536 // 3,840 = 17 warps of the SM's 64 (Section IV-C).
+    # 65,536 // 3,840 = 17 warps of the SM's 64 (Section V-C).
     assert warps_limited_by_registers("K40c", 116) == 17
 
 

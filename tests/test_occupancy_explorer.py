@@ -36,7 +36,7 @@ def _marker(ex):
 
 
 def test_the_studys_example_on_a_k40c(explorer):
-    # 116 registers: the register file alone holds 17 warps (Section IV-C). In whole blocks of
+    # 116 registers: the register file alone holds 17 warps (Section V-C). In whole blocks of
     # 128 threads (4 warps) that is 4 blocks = 16 warps.
     assert _shows_chart(explorer)
     assert explorer.register_warps == 17
