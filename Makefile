@@ -45,7 +45,7 @@ test: env
 # and any error fails, but their outputs are not compared (--nbval-lax): a GPU prints other
 # timings, device names and numbers of measured points than the stored CPU outputs.
 test-gpu: env
-	@NUMBA_ENABLE_CUDASIM=0 $(PY) -W ignore -c "import sys, helpers.backend as b; \
+	@NUMBA_ENABLE_CUDASIM=0 $(PY) -W ignore -c "import sys, helpers.device.backend as b; \
 	sys.exit(0 if b.MODE == 'gpu' else 'make test-gpu needs an NVIDIA GPU that Numba can use (without one, run make test): ' + b.MODE_REASON)"
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest --nbval-lax
 
@@ -53,13 +53,13 @@ test-fast: env
 	$(PY) -m pytest tests
 
 run: env
-	$(PY) -m helpers.run_notebooks --out build
+	$(PY) -m tools.run_notebooks --out build
 
 book: env
-	$(PY) -m helpers.book --out build/book
+	$(PY) -m tools.book --out build/book
 
 clean:
 	rm -rf build .pytest_cache
 
 outputs: env
-	$(PY) -m helpers.run_notebooks --in-place notebooks/[0-9]*.ipynb labs/*.ipynb labs/solutions/*.ipynb
+	$(PY) -m tools.run_notebooks --in-place notebooks/[0-9]*.ipynb labs/*.ipynb labs/solutions/*.ipynb

@@ -1,10 +1,13 @@
-"""The workbook's importable code: kernels, measurements, widgets and charts.
+"""The workbook's importable code, in layers imported downward only (pyproject.toml's
+import-linter contract): ``device`` (backend, timing, memory, arrays) -> ``conv``,
+``elementwise``, ``occupancy``, ``compiled``, ``kernels`` -> ``paper``, ``results`` ->
+``experiments`` -> ``figures`` -> ``widgets`` -> ``checks``, ``notebook``.
 
-Importing :mod:`helpers` first decides where CUDA kernels run (see :mod:`helpers.backend`), so
-it must happen before ``numba.cuda`` is imported. The compute modules need only NumPy, Numba and
-torch; only :mod:`helpers.widgets` and :mod:`helpers.plots` need ipywidgets and plotly.
+Importing :mod:`helpers` first decides where CUDA kernels run (:mod:`helpers.device.backend`),
+so it must happen before ``numba.cuda`` is imported. The compute layers need only NumPy, Numba
+and torch; only ``figures``, ``widgets`` and ``notebook`` need plotly, ipywidgets or IPython.
 """
 
-from . import backend  # noqa: F401  (must run before anything imports numba.cuda)
+from helpers.device import backend  # noqa: F401  (must run before anything imports numba.cuda)
 
 __all__ = ["backend"]

@@ -23,8 +23,9 @@ import json
 import textwrap
 from collections.abc import Sequence
 
-from . import backend, occupancy
-from . import compiler_worker as worker
+from helpers import compiler_worker as worker
+from helpers import occupancy
+from helpers.device import backend
 
 __all__ = ["Target", "TARGETS", "DEFAULT_TARGETS", "Fp64Instruction", "CompiledKernel",
            "CompileError", "CompilerUnavailable", "compile_kernel", "compile_many",

@@ -316,8 +316,8 @@ def _hint_for(text: str) -> str | None:
 
 
 def _compile_one(job: dict) -> dict:
-    from numba.cuda import compile_ptx
     from numba.core import types as nbtypes
+    from numba.cuda import compile_ptx
 
     ref, arch = job["kernel"], job["target"]
     name, padded = ref["name"], None

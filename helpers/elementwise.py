@@ -1,30 +1,28 @@
 """First CUDA kernels: ReLU and SAXPY, one thread per element, and the grid-stride loop.
 
-The CUDA thread hierarchy in one line: a *grid* of *blocks*, each block a group of
-``threads_per_block`` threads; thread ``t`` of block ``b`` handles element
-``i = b * threads_per_block + t`` (``cuda.grid(1)``). The grid is rounded up to whole blocks,
-so the last block may have threads with no element: every kernel checks ``i < n``.
-
-A *grid-stride loop* lets a fixed-size grid cover any ``n``: each thread handles elements
-``i, i + stride, i + 2*stride, ...`` with ``stride = blocks * threads_per_block``
-(``cuda.gridsize(1)``).
+Thread ``t`` of block ``b`` handles element ``i = b * threads_per_block + t``
+(``cuda.grid(1)``); the grid is rounded up to whole blocks, so every kernel checks ``i < n``.
+A grid-stride loop (:func:`relu_grid_stride_kernel`) lets a fixed-size grid cover any ``n``.
+Notebook 01 teaches the thread hierarchy with these kernels.
 
 Arrays are 1-D, float32 unless said otherwise. Without a GPU the kernels run in the Numba CUDA
-simulator (see :mod:`helpers.backend`): correct, but about a million times slower, so host
-wrappers refuse sizes the simulator cannot finish quickly.
+simulator (see :mod:`helpers.device.backend`): correct, but about a million times slower, so host
+wrappers refuse sizes the simulator cannot finish quickly (:data:`SIMULATOR_MAX_ELEMENTS`).
 
 Source: "How GPUs accelerate deep learning" (an activation over a vector is embarrassingly
-parallel); the study's Section II-B on the CUDA thread hierarchy.
+parallel); the CUDA thread hierarchy of NVIDIA's CUDA C Programming Guide (the study's
+reference [1]).
 """
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
-
-from . import backend, occupancy  # noqa: F401  (backend decides simulator vs GPU first)
 from numba import cuda  # noqa: E402
+
+from helpers import occupancy  # noqa: F401  (backend decides simulator vs GPU first)
+from helpers.device import backend
+from helpers.device.arrays import launch
 
 __all__ = [
     "relu_kernel",
@@ -55,7 +53,11 @@ def relu_kernel(x, out):
 
 @cuda.jit
 def relu_grid_stride_kernel(x, out):
-    """ReLU with a grid-stride loop: any grid size covers any n."""
+    """ReLU with a grid-stride loop: any grid size covers any n.
+
+    Each thread handles elements ``i, i + stride, i + 2*stride, ...`` from its
+    ``i = cuda.grid(1)``, with ``stride = blocks * threads_per_block`` (``cuda.gridsize(1)``).
+    """
     start = cuda.grid(1)
     stride = cuda.gridsize(1)  # gridDim.x * blockDim.x
     for i in range(start, x.size, stride):
@@ -102,11 +104,7 @@ def launch_config(n: int, threads_per_block: int = 256) -> tuple[int, int]:
     if (not isinstance(threads_per_block, (int, np.integer)) or isinstance(threads_per_block, bool)
             or not 1 <= threads_per_block <= 1024):
         raise ValueError(f"threads_per_block must be in 1..1024, got {threads_per_block!r}")
-    blocks = math.ceil(n / threads_per_block)
-    reason = occupancy.grid_refusal(blocks, f"one thread per element of {n:,}")
-    if reason:
-        raise ValueError(reason)
-    return blocks, int(threads_per_block)
+    return launch(int(n), int(threads_per_block), f"one thread per element of {n:,}")
 
 
 def _check_vector(name: str, a) -> np.ndarray:

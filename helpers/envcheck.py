@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from helpers import elementwise
+
 __all__ = ["Check", "run_checks"]
 
 
@@ -53,7 +55,6 @@ def _alexnet() -> str:
 
 
 def _numba_kernel() -> str:
-    from . import elementwise
 
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     if not np.array_equal(elementwise.relu(x, threads_per_block=128), np.maximum(x, 0)):

@@ -17,8 +17,8 @@ import dataclasses
 import importlib
 import sys
 
-from . import compiled, gemm
-from .conv import direct, unroll
+from helpers import compiled
+from helpers.conv import direct, gemm, unroll
 
 __all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "spec", "compiled_table", "format_table",
            "main"]
@@ -48,7 +48,7 @@ class KernelSpec:
         return getattr(importlib.import_module(self.module), self.name)
 
 
-#: The workbook's kernels: convolution (helpers.conv), GEMM (helpers.gemm), the first kernels
+#: The workbook's kernels: convolution (helpers.conv), GEMM (helpers.conv.gemm), the first kernels
 #: of notebook 01 (helpers.elementwise) and the memory experiments of notebook 07.
 KERNELS: list[KernelSpec] = [
     KernelSpec("direct_naive_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
@@ -63,8 +63,8 @@ KERNELS: list[KernelSpec] = [
                (_F4, _F2) + (_I,) * 8),
     KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
                (_F2, _F4) + (_I,) * 8),
-    KernelSpec("gemm_naive_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
-    KernelSpec("gemm_tiled_kernel", "helpers.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
+    KernelSpec("gemm_naive_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
+    KernelSpec("gemm_tiled_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
     KernelSpec("relu_kernel", "helpers.elementwise", "elementwise", 256, (_F1, _F1)),
     KernelSpec("relu_grid_stride_kernel", "helpers.elementwise", "elementwise", 256,
                (_F1, _F1)),
@@ -72,13 +72,13 @@ KERNELS: list[KernelSpec] = [
                ("float32", _F1, _F1, _F1)),
     KernelSpec("thread_map_kernel", "helpers.elementwise", "elementwise", 256,
                ("int32[::1]", "int32[::1]")),
-    KernelSpec("strided_load_kernel", "helpers.gpu_experiments", "experiment", 256,
+    KernelSpec("strided_load_kernel", "helpers.experiments.memory_access", "experiment", 256,
                (_F1, _F1, _I)),
-    KernelSpec("transpose_naive_kernel", "helpers.gpu_experiments", "experiment", 256,
+    KernelSpec("transpose_naive_kernel", "helpers.experiments.memory_access", "experiment", 256,
                (_F2, _F2)),
-    KernelSpec("transpose_shared_kernel", "helpers.gpu_experiments", "experiment", 256,
+    KernelSpec("transpose_shared_kernel", "helpers.experiments.memory_access", "experiment", 256,
                (_F2, _F2, _I, "int32[:, :, :, ::1]", _I)),
-    KernelSpec("branch_kernel", "helpers.gpu_experiments", "experiment", 128,
+    KernelSpec("branch_kernel", "helpers.experiments.memory_access", "experiment", 128,
                (_F1, _F1, "int8[::1]", _I, _I)),
 ]
 

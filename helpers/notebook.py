@@ -7,10 +7,13 @@ reads is what runs.
 from __future__ import annotations
 
 import inspect
-import pathlib
-import re
 import textwrap
 import warnings
+
+from IPython.display import Code, display
+
+from helpers.device import backend
+from helpers.figures import style
 
 __all__ = [
     "COLAB_REPO",
@@ -18,19 +21,17 @@ __all__ = [
     "colab_url",
     "colab_badge",
     "badge_target",
-    "sync_colab",
     "setup",
     "source_of",
     "show_source",
 ]
 
 #: The workbook's public GitHub repository, "OWNER/REPO". A PLACEHOLDER: set it when publishing,
-#: then run ``python -m helpers.notebook`` to rewrite every notebook's Colab badge and setup cell
+#: then run ``python -m tools.colab`` to rewrite every notebook's Colab badge and setup cell
 #: (tests/test_colab.py checks that they all agree with this value).
 COLAB_REPO = "gpu-cnn-workbook/gpu-cnn-workbook"
 
 _BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
-_BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\s*$", re.MULTILINE)
 
 #: The first code cell of every notebook and lab. In Colab it fetches the workbook (once per
 #: session) and turns on Colab's widget manager; elsewhere it only finds the repository's
@@ -76,54 +77,13 @@ def badge_target(path: str) -> str:
     return "labs/" + path[len(prefix):] if path.startswith(prefix) else path
 
 
-def _notebook_paths(root: pathlib.Path) -> list[pathlib.Path]:
-    return sorted(
-        [*root.glob("notebooks/*.ipynb"), *root.glob("labs/*.ipynb"),
-         *root.glob("labs/solutions/*.ipynb")]
-    )
-
-
-def sync_colab(root: str | pathlib.Path | None = None) -> list[pathlib.Path]:
-    """Write :data:`SETUP_CELL` and a Colab badge (from :data:`COLAB_REPO`) into every notebook.
-
-    Only the source of the first code cell and of the first Markdown cell change (the badge goes
-    on the line after the title, replacing an existing badge; see :func:`badge_target` for the
-    solutions); outputs are kept as stored.
-
-    Returns:
-        The notebooks rewritten.
-    """
-    import nbformat
-
-    if root is None:
-        root = pathlib.Path(__file__).resolve().parent.parent
-    root = pathlib.Path(root)
-    changed = []
-    for path in _notebook_paths(root):
-        nb = nbformat.read(path, as_version=4)
-        code = next(c for c in nb.cells if c.cell_type == "code")
-        md = next(c for c in nb.cells if c.cell_type == "markdown")
-        badge = colab_badge(badge_target(path.relative_to(root).as_posix()))
-        lines = [ln for ln in md.source.split("\n") if not _BADGE_LINE.match(ln)]
-        if len(lines) > 1 and lines[1] == "" and (len(lines) < 3 or lines[2] == ""):
-            del lines[1]  # the blank line left by a removed badge
-        new_md = "\n".join([lines[0], "", badge, *lines[1:]])
-        if code.source != SETUP_CELL or md.source != new_md:
-            code.source, md.source = SETUP_CELL, new_md
-            nbformat.write(nb, path)
-            changed.append(path)
-    return changed
-
-
 def setup() -> None:
     """Prepare charts for this front end (JupyterLab, Colab, or a static export).
 
     On a GPU, also launch a trivial kernel first, and warn with the fix if the driver is too old
-    for the CUDA that Numba compiles for (see :func:`helpers.backend.ptx_check`).
+    for the CUDA that Numba compiles for (see :func:`helpers.device.backend.ptx_check`).
     """
-    from . import backend, plots
-
-    plots.setup_notebook()
+    style.setup_notebook()
     problem = backend.ptx_check()
     if problem:
         warnings.warn(problem, backend.BackendWarning, stacklevel=2)
@@ -148,11 +108,5 @@ def source_of(obj) -> str:
 
 def show_source(*objs) -> None:
     """Display the source of each object, syntax-highlighted."""
-    from IPython.display import Code, display
-
     display(Code("\n\n".join(source_of(o) for o in objs), language="python"))
 
-
-if __name__ == "__main__":
-    for rewritten in sync_colab():
-        print("rewrote", rewritten)

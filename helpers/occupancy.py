@@ -3,25 +3,11 @@
 An SM holds the registers and shared memory of every block resident on it. A kernel's
 resources per block (threads, registers per thread, shared memory per block) therefore decide
 how many blocks fit at once, and the *theoretical occupancy* is the resident warps over the
-SM's maximum. Four limits apply, and the smallest wins:
-
-1. **blocks**: at most ``max_blocks`` resident blocks per SM;
-2. **warps** (threads): at most ``max_warps`` resident warps, a block of T threads taking
-   ``ceil(T / 32)`` warps;
-3. **registers**: each warp's registers are allocated in units of ``reg_alloc_unit``
-   (``ceil(regs * 32 / 256) * 256``), from a register file of ``regs_per_sm``;
-4. **shared memory**: each block's shared memory (plus a per-block reservation on compute
-   capability 8.0 and later) is allocated in units of ``smem_alloc_unit``, from
-   ``smem_per_sm`` bytes.
-
-The study's example (Section V-C, Table II): cuda-convnet2's kernel uses 116 registers per
-thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers, and
-the SM's 65,536 registers hold ``floor(65536 / 3840) = 17`` such warps: 17 active warps of 64,
-a theoretical occupancy of 26.6 % at best, which is why its measured occupancy was 14-22 %.
-
-Limits per compute capability are those of NVIDIA's CUDA Occupancy Calculator and the CUDA C
-Programming Guide's table of technical specifications (per SM; the largest shared-memory
-carve-out). Units: registers are 32-bit registers, shared memory is bytes.
+SM's maximum. Four limits apply (blocks, warps, registers, shared memory; see
+:func:`occupancy`), and the smallest wins. :func:`warps_limited_by_registers` works the study's
+example: cuda-convnet2's 116 registers per thread on the K40c leave 17 active warps of 64.
+Per-SM limits by compute capability are in :data:`SM_LIMITS`. Units: registers are 32-bit
+registers, shared memory is bytes.
 
 Source: Li et al., ICPP 2016, Section V-C, Figure 6 and Table II; NVIDIA CUDA C Programming
 Guide, "Compute Capabilities" (technical specifications) and the CUDA Occupancy Calculator.
@@ -33,25 +19,7 @@ import dataclasses
 import math
 
 __all__ = ["SmLimits", "SM_LIMITS", "GPU_ARCH", "Occupancy", "occupancy", "limits_for",
-           "warps_limited_by_registers", "MAX_GRID", "grid_refusal"]
-
-#: The most blocks a grid may have along x, y and z (every GPU since compute capability 3.0).
-#: The simulator does not enforce them; a real launch beyond them fails.
-MAX_GRID: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
-
-
-def grid_refusal(grid, kernel: str) -> str | None:
-    """None if a launch grid of ``grid`` blocks (an int, or up to three ints x, y, z) is
-    within :data:`MAX_GRID`, else the reason, naming ``kernel`` and the axis that overflows.
-
-    Source: CUDA C Programming Guide, "Compute Capabilities" (maximum grid dimensions)."""
-    dims = (grid,) if isinstance(grid, int) else tuple(grid)
-    for axis, blocks, limit in zip("xyz", dims, MAX_GRID):
-        if blocks > limit:
-            return (f"{kernel} would launch {blocks:,} blocks along grid {axis}, beyond the "
-                    f"CUDA limit of {limit:,}")
-    return None
-
+           "warps_limited_by_registers", "launch_refusal"]
 
 @dataclasses.dataclass(frozen=True)
 class SmLimits:
@@ -86,7 +54,9 @@ class SmLimits:
 
 _KB = 1024
 
-#: Limits by compute capability (the GPUs of :data:`helpers.backend.KNOWN_GPUS`).
+#: Limits by compute capability (the GPUs of :data:`helpers.device.backend.KNOWN_GPUS`), per
+#: SM, as NVIDIA's CUDA Occupancy Calculator and the CUDA C Programming Guide's table of
+#: technical specifications give them (shared memory: the largest carve-out).
 SM_LIMITS: dict[str, SmLimits] = {
     "3.5": SmLimits("3.5", "Kepler", 64, 16, 1024, 65536, 65536, 255, 256, 48 * _KB, 48 * _KB,
                     256),
@@ -160,8 +130,13 @@ def _round_up(value: int, unit: int) -> int:
 
 def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
     """Warps per SM that the register file alone allows: ``floor(regs_per_sm / (ceil(regs *
-    32 / unit) * unit))``, capped at the SM's maximum warps. The study's 116 registers on the
-    K40c give 17.
+    32 / unit) * unit))``, capped at the SM's maximum warps.
+
+    The study's example (Section V-C, Table II): cuda-convnet2's kernel uses 116 registers per
+    thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers, and
+    the SM's 65,536 registers hold ``floor(65536 / 3840) = 17`` such warps: 17 active warps of
+    64, a theoretical occupancy of 26.6 % at best. The study measured 14-22 % (Figure 6) and
+    relates it mainly to cuda-convnet2's use of registers and shared memory.
 
     Raises:
         ValueError: unknown GPU, or registers outside 1..max_regs_per_thread.
@@ -177,6 +152,17 @@ def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
 def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
               smem_per_block: int = 0) -> Occupancy:
     """Theoretical occupancy of a kernel launch on one SM, and the resource that limits it.
+
+    Four limits apply, and the smallest wins:
+
+    1. **blocks**: at most ``max_blocks`` resident blocks per SM;
+    2. **warps** (threads): at most ``max_warps`` resident warps, a block of T threads taking
+       ``ceil(T / 32)`` warps;
+    3. **registers**: each warp's registers are allocated in units of ``reg_alloc_unit``
+       (``ceil(regs * 32 / 256) * 256``), from a register file of ``regs_per_sm``;
+    4. **shared memory**: each block's shared memory (plus a per-block reservation on compute
+       capability 8.0 and later) is allocated in units of ``smem_alloc_unit``, from
+       ``smem_per_sm`` bytes.
 
     Args:
         gpu: a name from :data:`GPU_ARCH` (``"K40c"``, ``"H100"``...) or a compute capability.
@@ -225,3 +211,21 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
                            if v == active and not (k == "shared memory" and smem_per_block == 0))
     return Occupancy(gpu, lim, threads_per_block, regs_per_thread, smem_per_block, warps,
                      blocks_by, active, active * warps, active * warps / lim.max_warps, limiter)
+
+
+def launch_refusal(r: Occupancy, gpu: str) -> str:
+    """Why a block of ``r`` (an :func:`occupancy` result with no active block) cannot run on
+    an SM of ``gpu`` (a display name), in a sentence that names the limit and the fix."""
+    lim = r.limits
+    regs_block = _round_up(r.regs_per_thread * 32, lim.reg_alloc_unit) * r.warps_per_block
+    if r.blocks_by["registers"] == 0:
+        return (f"This block cannot launch on {gpu}: {r.warps_per_block} warps x "
+                f"{r.regs_per_thread} registers per thread need {regs_block:,} registers, "
+                f"but a block may have at most {lim.max_regs_per_block:,}. Use fewer threads "
+                f"per block or fewer registers per thread.")
+    if r.blocks_by["shared memory"] == 0:
+        return (f"This block cannot launch on {gpu}: it asks for {r.smem_per_block:,} bytes "
+                f"of shared memory, but a block may use at most {lim.max_smem_per_block:,} "
+                f"bytes ({lim.max_smem_per_block / 1024:g} KB) on compute capability "
+                f"{lim.cc}.")
+    return f"No block fits on an SM of {gpu} ({r})."

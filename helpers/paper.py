@@ -16,52 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["ConvLayer", "TABLE_I", "GemmShape", "im2col_gemm"]
+from helpers.conv.config import ConvConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class ConvLayer:
-    """One convolution layer in the study's notation plus input channels and padding.
-
-    Attributes:
-        name: e.g. ``"Conv1"``.
-        b: batch size (N). i: input height and width (H = W). f: filters (K).
-        k: kernel height and width (R = S). s: stride. c: input channels (C). padding: zero
-        padding on each side.
-    """
-
-    name: str
-    b: int
-    i: int
-    f: int
-    k: int
-    s: int
-    c: int
-    padding: int = 0
-
-    @property
-    def out_size(self) -> int:
-        """Output height and width: P = Q = (i + 2*padding - k) // s + 1."""
-        return (self.i + 2 * self.padding - self.k) // self.s + 1
-
-    @property
-    def flops(self) -> int:
-        """Forward FLOPs (multiply-adds x 2): 2 * N * K * P * Q * C * R * S."""
-        p = self.out_size
-        return 2 * self.b * self.f * p * p * self.c * self.k * self.k
-
-    def tuple5(self) -> tuple[int, int, int, int, int]:
-        """The study's (b, i, f, k, s)."""
-        return (self.b, self.i, self.f, self.k, self.s)
+__all__ = ["TABLE_I", "GemmShape", "im2col_gemm"]
 
 
 #: Table I of the study, with the input channels chosen as the module docstring explains.
-TABLE_I: tuple[ConvLayer, ...] = (
-    ConvLayer("Conv1", b=128, i=128, f=96, k=11, s=1, c=3),
-    ConvLayer("Conv2", b=128, i=128, f=96, k=3, s=1, c=3),
-    ConvLayer("Conv3", b=128, i=32, f=128, k=9, s=1, c=128),
-    ConvLayer("Conv4", b=128, i=16, f=128, k=7, s=1, c=128),
-    ConvLayer("Conv5", b=128, i=13, f=384, k=3, s=1, c=384),
+TABLE_I: tuple[ConvConfig, ...] = (
+    ConvConfig.from_study(b=128, i=128, f=96, k=11, s=1, c=3, name="Conv1"),
+    ConvConfig.from_study(b=128, i=128, f=96, k=3, s=1, c=3, name="Conv2"),
+    ConvConfig.from_study(b=128, i=32, f=128, k=9, s=1, c=128, name="Conv3"),
+    ConvConfig.from_study(b=128, i=16, f=128, k=7, s=1, c=128, name="Conv4"),
+    ConvConfig.from_study(b=128, i=13, f=384, k=3, s=1, c=384, name="Conv5"),
 )
 
 
@@ -95,7 +61,7 @@ class GemmShape:
         return self.flops / self.min_bytes
 
 
-def im2col_gemm(layer: ConvLayer, itemsize: int = 4) -> GemmShape:
+def im2col_gemm(layer: ConvConfig, itemsize: int = 4) -> GemmShape:
     """The GEMM a forward convolution becomes under im2col (unrolling).
 
     The filter bank is a K x (C*R*S) matrix; im2col lays the input's local regions out as a
@@ -104,8 +70,7 @@ def im2col_gemm(layer: ConvLayer, itemsize: int = 4) -> GemmShape:
     Returns:
         ``GemmShape(m=K, n=N*P*Q, k=C*R*S)``.
 
-    Source: the study, Section II-C ("unrolling-based convolution") and Figure 4.
+    Source: the study, Section II-B ("unrolling-based convolution") and Figure 4.
     """
-    p = layer.out_size
-    return GemmShape(f"{layer.name} im2col GEMM", m=layer.f, n=layer.b * p * p,
-                     k=layer.c * layer.k * layer.k, itemsize=itemsize)
+    return GemmShape(f"{layer.name} im2col GEMM", m=layer.k, n=layer.n * layer.p * layer.q,
+                     k=layer.c * layer.r * layer.s, itemsize=itemsize)

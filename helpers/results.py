@@ -15,9 +15,9 @@ import pathlib
 import re
 import sys
 
-from . import backend
+from helpers.device import backend
 
-__all__ = ["RESULTS_DIR", "Dataset", "save", "load", "find", "slug", "gpu_rows"]
+__all__ = ["RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded", "slug"]
 
 #: The repository's ``results/`` folder.
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "results"
@@ -119,16 +119,66 @@ def find(prefix: str, directory: pathlib.Path | str | None = None) -> list[Datas
     return [load(n, base) for n in names]
 
 
-def gpu_rows(datasets: list[Dataset], **match) -> list[dict]:
-    """The GPU rows of saved datasets, ready to draw beside live measurements.
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What ``results/`` holds for one experiment: its rows, labelled, and how to record more.
 
-    Each row gets ``source="reference"`` (charts draw it dotted) and ``device`` set to the GPU
-    and the date that made it. ``match`` keeps only rows whose fields equal the given values,
-    e.g. ``gpu_rows(ds, experiment="gemm", dtype="float32")``.
+    Attributes:
+        rows: the matching rows of every dataset, numbers parsed, each with ``source`` =
+            ``"reference"`` and ``device`` = the device and date that measured it.
+        datasets: the datasets they came from (their ``meta`` names GPU, driver, versions, date).
+        command: the command that records this experiment (on a GPU machine).
     """
-    out = []
-    for ds in datasets:
-        for r in ds.rows:
-            if r.get("device_kind") == "cuda" and all(r.get(k) == v for k, v in match.items()):
-                out.append(dict(r, source="reference", device=f"{ds.device}, {ds.date[:10]}"))
-    return out
+
+    rows: list[dict]
+    datasets: list[Dataset]
+    command: str
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    @property
+    def note(self) -> str:
+        """One line for a learner: which devices the rows come from, or how to record them."""
+        if not self.rows:
+            return f"nothing recorded in results/ yet: run `{self.command}` on a GPU machine"
+        made = sorted({f"{ds.device} ({ds.date[:10]})" for ds in self.datasets})
+        return "recorded in results/ on " + "; ".join(made)
+
+
+def _on_gpu(row: dict) -> bool:
+    """A row measured on a GPU: ``device_kind == "cuda"``, or a ``device`` label that does not
+    name a CPU; rows that say neither count as GPU rows."""
+    if row.get("device_kind") not in (None, ""):
+        return row["device_kind"] == "cuda"
+    return not str(row.get("device", "")).startswith("CPU")
+
+
+def recorded(prefix: str, command: str, *, gpu_only: bool = True,
+             directory: pathlib.Path | str | None = None, **match) -> Recorded:
+    """The one reader of ``results/`` for an experiment: the rows of every dataset named
+    ``prefix*``, labelled with the device that made them.
+
+    Args:
+        prefix: the experiment's file-name prefix, e.g. ``"transfers_"``.
+        command: the command that records it, quoted in :attr:`Recorded.note`.
+        gpu_only: keep only rows measured on a GPU (``device_kind == "cuda"``, or a ``device``
+            that is not ``"CPU: ..."``).
+        directory: default :data:`RESULTS_DIR`.
+        match: keep rows whose fields equal these values, e.g. ``experiment="bandwidth"``.
+
+    Raises:
+        ValueError: an empty prefix or command.
+    """
+    if not prefix or not command:
+        raise ValueError("prefix and command must be non-empty")
+    rows, used = [], []
+    for ds in find(prefix, directory):
+        picked = [dict(r, source="reference", device=f"{ds.device}, {ds.date[:10]}")
+                  for r in ds.rows
+                  if all(r.get(k) == v for k, v in match.items())
+                  and not (gpu_only and not _on_gpu(r))]
+        if picked:
+            rows.extend(picked)
+            used.append(ds)
+    return Recorded(rows, used, command)

@@ -8,6 +8,7 @@ shows a message in place of the chart, and the controls stay as the learner left
 from __future__ import annotations
 
 import html
+import math
 import os
 import time
 from collections.abc import Callable
@@ -16,7 +17,12 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import clear_output, display
 
-from . import backend, plots, results, throughput, timing
+from helpers import occupancy as occ
+from helpers import results
+from helpers.conv import STRATEGIES, config_for
+from helpers.device import backend, timing
+from helpers.experiments import sweep, throughput
+from helpers.figures import nb01_throughput, nb06_head_to_head, nb07_inside_the_gpu, style
 
 __all__ = ["ConvExplorer", "LiveChart", "OccupancyExplorer", "ThroughputExplorer",
            "figurewidget_supported"]
@@ -85,12 +91,6 @@ class LiveChart:
             display(self._figure)
 
 
-def _message_html(text: str, kind: str = "error") -> str:
-    color = {"error": "#a40000", "info": "#333333"}[kind]
-    return (f"<div style='padding:0.6em;border-left:4px solid {color};color:{color}'>"
-            f"{html.escape(text)}</div>")
-
-
 class _Explorer:
     """What the explorers share: displaying ``self.widget``, and a message shown in ``self.body``
     in place of the charts. A subclass sets ``widget``, ``body`` and ``message`` (an HTML
@@ -109,7 +109,7 @@ class _Explorer:
     def show_message(self, text: str) -> None:
         """Show ``text`` in place of the charts."""
         self._message_text = text
-        self.message.value = _message_html(text)
+        self.message.value = style.message_html(text)
         self.body.children = [self.message]
         if hasattr(self, "status"):
             self.status.value = ""
@@ -140,21 +140,22 @@ class ThroughputExplorer(_Explorer):
     def __init__(self, op: str = "relu", dtype: str = "float32",
                  size_range: tuple[int, int] | None = None, point_budget_s: float = 1.0,
                  min_run_time: float = 0.02, use_figurewidget: bool | None = None,
-                 reference_prefix: str = "01_throughput", measure: bool = True):
+                 reference_prefix: str = throughput.PREFIX, measure: bool = True):
         self.point_budget_s = point_budget_s
         self.min_run_time = min_run_time
         self.devices = ["cpu", "cuda"] if backend.MODE == "gpu" else ["cpu"]
-        self.references = [] if backend.MODE == "gpu" else results.find(reference_prefix)
+        self.references = (results.Recorded([], [], throughput.COMMAND) if backend.MODE == "gpu"
+                           else throughput.recorded(reference_prefix))
         lo, hi = size_range or self.DEFAULT_RANGES[op]
-        style = {"description_width": "initial"}
+        wide = {"description_width": "initial"}
         self.op = W.Dropdown(options=list(self.OPS.items()), value=op, description="operation",
-                             style=style)
-        self.size_min = W.IntText(value=lo, description="smallest size", style=style,
+                             style=wide)
+        self.size_min = W.IntText(value=lo, description="smallest size", style=wide,
                                   layout=W.Layout(width="220px"))
-        self.size_max = W.IntText(value=hi, description="largest size", style=style,
+        self.size_max = W.IntText(value=hi, description="largest size", style=wide,
                                   layout=W.Layout(width="220px"))
         self.dtype = W.Dropdown(options=list(throughput.DTYPES), value=dtype,
-                                description="dtype", style=style)
+                                description="dtype", style=wide)
         self.status = W.HTML()
         self.message = W.HTML()
         self.runtime_chart = LiveChart(use_figurewidget=use_figurewidget)
@@ -165,7 +166,7 @@ class ThroughputExplorer(_Explorer):
         where = ", ".join(throughput.device_label(d) for d in self.devices)
         note = "" if backend.MODE == "gpu" else (
             " No GPU here: GPU curves come only from results/ (dotted), when present.")
-        self.header = W.HTML(_message_html(f"Measuring on {where}.{note}", "info"))
+        self.header = W.HTML(style.message_html(f"Measuring on {where}.{note}", "info"))
         self.widget = W.VBox([
             self.header,
             W.HBox([self.op, self.dtype]),
@@ -211,7 +212,7 @@ class ThroughputExplorer(_Explorer):
             sizes = throughput.log_sizes(lo, hi, per_decade=2)
             sweep: Callable = (throughput.gemm_sweep if op == "gemm" else
                                lambda *a, **k: throughput.elementwise_sweep(op, *a, **k))
-            self.status.value = _message_html("measuring...", "info")
+            self.status.value = style.message_html("measuring...", "info")
             rows = sweep(sizes, self.devices, dtype=dtype, min_run_time=self.min_run_time,
                          point_budget_s=self.point_budget_s, progress=False)
         except ValueError as exc:
@@ -228,52 +229,32 @@ class ThroughputExplorer(_Explorer):
             self.show_message("Nothing could be measured: " + "; ".join(reasons))
             return
         unit = "elements" if experiment == "elementwise" else "matrix size n"
-        self.runtime_chart.update(plots.runtime_figure(
+        self.runtime_chart.update(nb01_throughput.runtime_figure(
             shown, x_title=unit, title=f"{op}: median time per call ({dtype})"))
         if experiment == "gemm":
-            fig = plots.gemm_figure(shown, title=f"GEMM throughput ({dtype})")
+            fig = nb01_throughput.gemm_figure(shown, title=f"GEMM throughput ({dtype})")
         else:
-            fig = plots.throughput_figure(shown, peaks=throughput.bandwidth_peaks(self.references),
+            fig = nb01_throughput.throughput_figure(shown, peaks=throughput.bandwidth_peaks(self.references),
                                           title=f"{op}: memory throughput ({dtype})")
         self.throughput_chart.update(fig)
         skipped = [r for r in rows if r["status"] != "ok"]
         note = f"; {len(skipped)} point(s) not measured: {skipped[0]['status']}" if skipped else ""
-        self.status.value = _message_html(f"{len(measured)} points measured{note}", "info")
+        self.status.value = style.message_html(f"{len(measured)} points measured{note}", "info")
         self._message_text = ""
         self.body.children = [self.charts]
 
     def _reference_rows(self, op: str, dtype: str, lo: int, hi: int) -> list[dict]:
-        return [r for r in results.gpu_rows(self.references, op=op, dtype=dtype)
-                if lo <= r["size"] <= hi]
+        return [r for r in self.references.rows
+                if (r.get("op"), r.get("dtype")) == (op, dtype) and lo <= r["size"] <= hi]
 
 
 # ------------------------------------------------------------------------ ConvExplorer
-
-_MIB = 2**20
-
-
-def _list_html(title: str, items: list[str], kind: str = "info") -> str:
-    """A message box with a title line and one escaped line per item."""
-    color = {"error": "#a40000", "info": "#333333"}[kind]
-    lines = "".join(f"<li>{html.escape(item)}</li>" for item in items)
-    return (f"<div style='padding:0.6em;border-left:4px solid {color};color:{color}'>"
-            f"{html.escape(title)}<ul style='margin:0.3em 0 0 0'>{lines}</ul></div>")
-
-
-def _bar_layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=400, bargap=0.25,
-                      legend=dict(orientation="v", x=1.02, y=1, font=dict(size=11)),
-                      margin=dict(l=70, r=20, t=70, b=60))
-    fig.update_xaxes(title_text="strategy")
-    fig.update_yaxes(title_text=y_title, rangemode="tozero")
-    return fig
-
 
 class ConvExplorer(_Explorer):
     """Set one convolution layer with sliders; every strategy's runtime and memory update live.
 
     Shows, for the layer (b, i, f, k, s) with c input channels and zero padding, the strategies
-    ticked below the sliders measured on one device (:func:`helpers.sweep.measure`):
+    ticked below the sliders measured on one device (:func:`helpers.experiments.sweep.measure`):
 
     * runtime: one bar per strategy, the median milliseconds of one forward (or forward +
       backward) pass on random float32 data, the error bar spanning the interquartile range
@@ -303,7 +284,7 @@ class ConvExplorer(_Explorer):
         runtime_chart, memory_chart: :class:`LiveChart` objects (``.figure`` is the chart).
         message: the message shown in place of the charts. notes: the list below the charts.
         message_text: plain text of the message or notes currently shown ("" if none).
-        rows: the rows of :func:`helpers.sweep.measure` last measured, one per strategy.
+        rows: the rows of :func:`helpers.experiments.sweep.measure` last measured, one per strategy.
         widget: the whole explorer, for ``display``.
     """
 
@@ -319,8 +300,6 @@ class ConvExplorer(_Explorer):
                  device: str | None = None, min_run_time: float = 0.02, budget_s: float = 0.25,
                  measure_memory: bool = True, use_figurewidget: bool | None = None,
                  measure: bool = True):
-        from .conv import STRATEGIES
-
         gpu = backend.MODE == "gpu"
         device = device or ("cuda" if gpu else "cpu")
         if device not in ("cpu", "cuda"):
@@ -336,7 +315,7 @@ class ConvExplorer(_Explorer):
         self.rows: list[dict] = []
         self._held = False
 
-        style = {"description_width": "initial"}
+        wide = {"description_width": "initial"}
         values = dict(b=b, i=i, f=f, k=k, s=s, c=c, padding=padding)
         self.sliders: dict[str, W.IntSlider] = {}
         for symbol, (lo, hi) in self.RANGES.items():
@@ -345,7 +324,7 @@ class ConvExplorer(_Explorer):
                 raise ValueError(f"{self.LABELS[symbol]} must be in [{lo}, {hi}], got {value}")
             self.sliders[symbol] = W.IntSlider(
                 value=value, min=lo, max=hi, step=1, description=self.LABELS[symbol],
-                continuous_update=False, style=style, layout=W.Layout(width="320px"))
+                continuous_update=False, style=wide, layout=W.Layout(width="320px"))
         sl = self.sliders
         self.b, self.i, self.f, self.k, self.s = sl["b"], sl["i"], sl["f"], sl["k"], sl["s"]
         self.c, self.padding = sl["c"], sl["padding"]
@@ -355,9 +334,9 @@ class ConvExplorer(_Explorer):
             for name, st in STRATEGIES.items()}
         self.backward = W.ToggleButtons(
             options=[("forward", False), ("forward + backward", True)], value=backward,
-            description="pass", style={**style, "button_width": "150px"})
+            description="pass", style={**wide, "button_width": "150px"})
         self.device = W.Dropdown(options=["cpu", "cuda"], value=device, description="device",
-                                 style=style, layout=W.Layout(width="180px"))
+                                 style=wide, layout=W.Layout(width="180px"))
 
         self.status = W.HTML()
         self.message = W.HTML()
@@ -368,7 +347,7 @@ class ConvExplorer(_Explorer):
         self.body = W.VBox([self.charts, self.notes])
         note = "" if gpu else (" No GPU here: the cuda device runs in the Numba CUDA simulator, "
                                "which cannot time anything; its rows say so.")
-        self.header = W.HTML(_message_html(
+        self.header = W.HTML(style.message_html(
             f"Measuring on {timing.device_label('cpu')}"
             + (f" and {timing.device_label('cuda')}" if gpu else "") + "." + note, "info"))
         self.widget = W.VBox([
@@ -409,8 +388,6 @@ class ConvExplorer(_Explorer):
         """Re-measure with the current controls and redraw both charts (or show why not)."""
         if self._held:
             return
-        from . import sweep
-        from .conv import config_for
 
         v = {symbol: slider.value for symbol, slider in self.sliders.items()}
         device, backward = self.device.value, self.backward.value
@@ -420,7 +397,7 @@ class ConvExplorer(_Explorer):
             names = self.strategies
             if not names:
                 raise ValueError("tick at least one strategy to measure")
-            self.status.value = _message_html("measuring...", "info")
+            self.status.value = style.message_html("measuring...", "info")
             start = time.perf_counter()
             rows = [sweep.measure(cfg, name, device, backward=backward,
                                   min_run_time=self.min_run_time,
@@ -440,69 +417,24 @@ class ConvExplorer(_Explorer):
                  f"c = {v['c']}, padding {v['padding']}")
         what = "forward + backward" if backward else "forward"
         if measured:
-            self.runtime_chart.update(self._runtime_figure(measured, what, layer, where))
-            self.memory_chart.update(self._memory_figure(measured, what, layer, where))
+            self.runtime_chart.update(nb06_head_to_head.layer_runtime_figure(measured, what, layer, where))
+            self.memory_chart.update(nb06_head_to_head.layer_memory_figure(measured, what, layer, where))
         else:
             text = f"Nothing measured on {where}: the reasons are listed below."
-            self.runtime_chart.update(plots.message_figure(text))
-            self.memory_chart.update(plots.message_figure(text))
+            self.runtime_chart.update(style.message_figure(text))
+            self.memory_chart.update(style.message_figure(text))
         skipped = [f"{r['strategy']}: {r['status']}" for r in rows if r["status"] != "ok"]
         if skipped:
             title = f"Not measured on {where}:"
-            self.notes.value = _list_html(title, skipped)
+            self.notes.value = style.list_html(title, skipped)
             self._message_text = "\n".join([title, *skipped])
         else:
             self.notes.value = ""
             self._message_text = ""
-        self.status.value = _message_html(
+        self.status.value = style.message_html(
             f"y: (N, K, P, Q) = {cfg.y_shape}; {len(measured)} of {len(rows)} strategies "
             f"measured on {where} in {seconds:.1f} s.", "info")
         self.body.children = [self.charts, self.notes]
-
-    @staticmethod
-    def _runtime_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:
-        names = [r["strategy"] for r in rows]
-        fig = go.Figure(go.Bar(
-            x=names, y=[r["median_ms"] for r in rows], name="median time",
-            marker_color=[plots.color_for(n) for n in names],
-            error_y=dict(type="data", array=[r["iqr_ms"] / 2 for r in rows], visible=True,
-                         thickness=1.5),
-            customdata=[[r["iqr_ms"], r["flops"] / 1e9, r["gflop_per_s"]] for r in rows],
-            hovertemplate=("%{x}: median %{y:.3g} ms (IQR %{customdata[0]:.2g} ms), "
-                           "%{customdata[1]:.3g} GFLOP at %{customdata[2]:.3g} GFLOP/s"
-                           "<extra></extra>")))
-        fig.update_layout(showlegend=False)
-        return _bar_layout(fig, f"Runtime, {what}: {layer}<br><sup>measured on {where}; "
-                                f"error bar: interquartile range</sup>",
-                           "median time per call (ms)")
-
-    @staticmethod
-    def _memory_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:
-        names = [r["strategy"] for r in rows]
-        colors = [plots.color_for(n) for n in names]
-
-        def mib(key: str, missing: str) -> tuple[list[float], list[str]]:
-            """Values in MiB (0 where None) and a label saying which ones are missing."""
-            values = [r[key] for r in rows]
-            return ([0.0 if b is None else b / _MIB for b in values],
-                    [missing if b is None else "" for b in values])
-
-        peak, peak_text = mib("peak_bytes", "not measured")
-        workspace, workspace_text = mib("workspace_bytes", "unknown")
-        fig = go.Figure([
-            go.Bar(x=names, y=peak, name="measured peak", marker_color=colors,
-                   text=peak_text, textposition="outside",
-                   hovertemplate="%{x}: measured peak %{y:.3g} MiB<extra></extra>"),
-            go.Bar(x=names, y=workspace, name="analytic workspace", text=workspace_text,
-                   textposition="outside",
-                   marker=dict(color=colors, pattern=dict(shape="/", fgcolor="#ffffff"),
-                               opacity=0.6),
-                   hovertemplate="%{x}: analytic workspace %{y:.3g} MiB<extra></extra>"),
-        ])
-        fig.update_layout(barmode="group")
-        return _bar_layout(fig, f"Memory, {what}: {layer}<br><sup>measured peak above the "
-                                f"baseline on {where}; workspace: analytic, beyond x, w, y</sup>",
-                           "memory (MiB)")
 
 
 # ------------------------------------------------------------------------ OccupancyExplorer
@@ -543,7 +475,6 @@ class OccupancyExplorer(_Explorer):
     def __init__(self, gpu: str = "K40c", threads_per_block: int = 128,
                  regs_per_thread: int = 116, smem_per_block: int = 0, vary: str = "registers",
                  use_figurewidget: bool | None = None):
-        from . import occupancy as occ
 
         self._occ = occ
         options = [(f"{name} (cc {cc}, {occ.SM_LIMITS[cc].arch})", name)
@@ -564,14 +495,14 @@ class OccupancyExplorer(_Explorer):
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {args[name]!r}")
         if vary not in ("registers", "threads"):
             raise ValueError(f"vary must be 'registers' or 'threads', got {vary!r}")
-        style = {"description_width": "initial"}
-        self.gpu = W.Dropdown(options=options, value=gpu, description="GPU", style=style,
+        wide = {"description_width": "initial"}
+        self.gpu = W.Dropdown(options=options, value=gpu, description="GPU", style=wide,
                               layout=W.Layout(width="360px"))
 
         def slider(name: str, description: str) -> W.IntSlider:
             lo, hi, step = self.RANGES[name]
             return W.IntSlider(value=args[name], min=lo, max=hi, step=step,
-                               description=description, continuous_update=False, style=style,
+                               description=description, continuous_update=False, style=wide,
                                layout=W.Layout(width="460px"))
 
         self.threads = slider("threads_per_block", "threads per block")
@@ -579,7 +510,7 @@ class OccupancyExplorer(_Explorer):
         self.smem = slider("smem_per_block", "shared memory per block (bytes)")
         self.vary = W.ToggleButtons(options=[("registers per thread", "registers"),
                                              ("threads per block", "threads")],
-                                    value=vary, description="chart against", style=style)
+                                    value=vary, description="chart against", style=wide)
         self.summary = W.HTML()
         self.message = W.HTML()
         self.chart = LiveChart(use_figurewidget=use_figurewidget)
@@ -588,7 +519,7 @@ class OccupancyExplorer(_Explorer):
         self.register_warps: int | None = None
         self._held = False
         self.widget = W.VBox([
-            W.HTML(_message_html("Calculated from the CUDA occupancy rules "
+            W.HTML(style.message_html("Calculated from the CUDA occupancy rules "
                                  "(helpers.occupancy), not measured.", "info")),
             self.gpu, self.threads, self.regs, self.smem, self.vary, self.body])
         for control in (self.gpu, self.threads, self.regs, self.smem, self.vary):
@@ -618,39 +549,19 @@ class OccupancyExplorer(_Explorer):
         self.result = None
         self.register_warps = None
 
-    def _cannot_launch(self, r) -> str:
-        import math
-
-        lim, gpu = r.limits, self.gpu.label.split(" (")[0]
-        regs_block = math.ceil(r.regs_per_thread * 32 / lim.reg_alloc_unit) * lim.reg_alloc_unit \
-            * r.warps_per_block
-        if r.blocks_by["registers"] == 0:
-            return (f"This block cannot launch on {gpu}: {r.warps_per_block} warps x "
-                    f"{r.regs_per_thread} registers per thread need {regs_block:,} registers, "
-                    f"but a block may have at most {lim.max_regs_per_block:,}. Use fewer threads "
-                    f"per block or fewer registers per thread.")
-        if r.blocks_by["shared memory"] == 0:
-            return (f"This block cannot launch on {gpu}: it asks for {r.smem_per_block:,} bytes "
-                    f"of shared memory, but a block may use at most {lim.max_smem_per_block:,} "
-                    f"bytes ({lim.max_smem_per_block / 1024:g} KB) on compute capability "
-                    f"{lim.cc}.")
-        return f"No block fits on an SM of {gpu} ({r})."
-
     def update(self, *_: object) -> None:
         """Recalculate with the current controls and redraw (or show why not)."""
         if self._held:
             return
-        import math
-
         gpu, t, regs, smem = (self.gpu.value, self.threads.value, self.regs.value,
                               self.smem.value)
         try:
             r = self._occ.occupancy(gpu, t, regs, smem)
             if r.active_blocks == 0:
-                self.show_message(self._cannot_launch(r))
+                self.show_message(self._occ.launch_refusal(r, self.gpu.label.split(" (")[0]))
                 return
             reg_warps = self._occ.warps_limited_by_registers(gpu, regs)
-            fig = plots.occupancy_curve_figure(gpu, t, regs, smem, vary=self.vary.value)
+            fig = nb07_inside_the_gpu.occupancy_curve_figure(gpu, t, regs, smem, vary=self.vary.value)
         except ValueError as exc:
             self.show_message(str(exc))
             return

@@ -1,6 +1,6 @@
 """Shared fixtures and markers for the helpers tests.
 
-``import helpers`` must come before anything imports ``numba.cuda`` (see helpers.backend), so
+``import helpers`` must come before anything imports ``numba.cuda`` (see helpers.device.backend), so
 it is the first import here: pytest imports conftest.py before any test module.
 """
 
@@ -10,7 +10,7 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 import numpy as np
 import pytest
 
-from helpers import backend
+from helpers.device import backend
 
 #: Tests of the no-GPU behaviour (simulator mode) are skipped on a machine with a real GPU.
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",

@@ -1,4 +1,4 @@
-"""helpers.backend: the simulator/GPU decision, the environment report, the GPU table."""
+"""helpers.device.backend: the simulator/GPU decision, the environment report, the GPU table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import backend
+from helpers.device import backend
 from conftest import simulator_only
 
 # ------------------------------------------------------------------------- this process
@@ -125,7 +125,7 @@ caught = []
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
 {imports}
-    import helpers.backend as b
+    import helpers.device.backend as b
 report = {
     "mode": b.MODE, "reason": b.MODE_REASON, "meaningful": b.timings_meaningful(),
     "env": os.environ.get("NUMBA_ENABLE_CUDASIM"),
@@ -161,7 +161,7 @@ def _script(imports: str = "", *extra: str) -> str:
 SCENARIOS = {
     "fresh": (None, _script("", _NUMBA_STATE)),
     # the one-liner the README gives for checking an installation
-    "describe": (None, "import helpers.backend as b; print(b.describe())"),
+    "describe": (None, "import helpers.device.backend as b; print(b.describe())"),
     "user_sim": ("1", _script("", _NUMBA_STATE)),
     "numba_cuda_first": (None, _script("import numba.cuda", _NUMBA_STATE)),
     "numba_first": (None, _script("import numba", _NUMBA_STATE, _RELU)),
@@ -202,7 +202,7 @@ def _report(scenarios, name) -> dict:
 
 
 def _backend_warnings(report) -> list[str]:
-    return [msg for cat, msg in report["warnings"] if cat == "helpers.backend.BackendWarning"]
+    return [msg for cat, msg in report["warnings"] if cat == "helpers.device.backend.BackendWarning"]
 
 
 def test_fresh_process_makes_the_same_choice_as_this_one(scenarios):

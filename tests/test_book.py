@@ -1,6 +1,6 @@
 import helpers  # noqa: F401
 
-# Tests of helpers.book: the static HTML book built from stored outputs (`make book`).
+# Tests of tools.book: the static HTML book built from stored outputs (`make book`).
 
 import pathlib
 
@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from helpers import book
+from tools import book
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ import shutil
 import nbformat
 import pytest
 
-from helpers import book
+from tools import book
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
                      chromium, error_outputs, require_browser, run_all_cells, wait_for_change)

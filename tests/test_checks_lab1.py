@@ -16,8 +16,7 @@ import pytest
 from numba import cuda
 
 from helpers.checks import lab1
-from helpers.checks.lab1 import (check_launch_config, check_relu, check_relu_grid_stride,
-                                 check_saxpy)
+from helpers.checks.lab1 import check_launch_config, check_relu, check_relu_grid_stride, check_saxpy
 
 # ------------------------------------------------------------------------- the lab's solutions
 
@@ -153,7 +152,7 @@ def test_relu_missing_bounds_check_names_the_launch_and_the_line():
     report = check_relu(relu_no_bounds_check)
     assert "x of 37 elements, launched as 2 blocks x 32 threads = 64 threads" in report.message
     assert "if i < x.size" in report.message
-    if helpers.backend.MODE == "simulator":
+    if helpers.device.backend.MODE == "simulator":
         assert "out[i] = x[i] if x[i] > 0 else 0.0" in report.message  # the learner's line
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32
 
-from helpers import backend
+from helpers.device import backend
 from helpers.checks import lab2
 from helpers.checks.lab2 import check_gemm_naive, check_gemm_tiled, run_gemm
 

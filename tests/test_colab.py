@@ -12,7 +12,10 @@ import types
 import nbformat
 import pytest
 
-from helpers import backend, notebook
+from helpers.device import backend
+from helpers import notebook
+from helpers.figures import style
+from tools import colab
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(
@@ -58,7 +61,7 @@ def test_sync_colab_is_idempotent(tmp_path):
         dest = tmp_path / path.relative_to(ROOT)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(path.read_bytes())
-    assert notebook.sync_colab(tmp_path) == []  # the stored notebooks are already in sync
+    assert colab.sync_colab(tmp_path) == []  # the stored notebooks are already in sync
 
 
 class _Recorder:
@@ -248,9 +251,9 @@ def test_ptx_check_is_none_when_the_launch_works(monkeypatch):
 
 
 def test_setup_warns_with_the_fix(monkeypatch):
-    from helpers import plots
+    pass
 
-    monkeypatch.setattr(plots, "setup_notebook", lambda: None)
+    monkeypatch.setattr(style, "setup_notebook", lambda: None)
     monkeypatch.setattr(backend, "MODE", "gpu")
     monkeypatch.setattr(backend, "_launch_trivial_kernel", _raise(RuntimeError(PTX_ERROR)))
     with pytest.warns(backend.BackendWarning, match="numba-cuda"):
@@ -258,9 +261,9 @@ def test_setup_warns_with_the_fix(monkeypatch):
 
 
 def test_setup_is_silent_in_the_simulator(monkeypatch, recwarn):
-    from helpers import plots
+    pass
 
-    monkeypatch.setattr(plots, "setup_notebook", lambda: None)
+    monkeypatch.setattr(style, "setup_notebook", lambda: None)
     monkeypatch.setattr(backend, "MODE", "simulator")
     notebook.setup()
     assert not [w for w in recwarn if issubclass(w.category, backend.BackendWarning)]

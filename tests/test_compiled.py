@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from numba import cuda, float32
 
-from helpers import backend, compiled, compiler_worker, kernels
+from helpers.device import backend
+from helpers import compiled, compiler_worker, kernels
 from helpers.checks import lab1, lab2
+from helpers.experiments import kernel_resources, memory_access
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 F1, F2, F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
@@ -245,14 +247,12 @@ def test_kernels_command_prints_every_kernel_and_target(capsys):
 def test_the_compiler_agrees_with_the_loaded_kernels():
     """On a GPU: registers read from the kernels Numba loaded equal the compiler's for this
     GPU's architecture (shared memory within the 1 KB sm_90 reports as reserved)."""
-    from helpers import gpu_experiments as ge
-
     major, minor = cuda.get_current_device().compute_capability
     arch = f"sm_{major}{minor}"
     if arch not in compiled.TARGETS:
         pytest.skip(f"{arch} is not one of the compiled targets")
     ours = {r["kernel"]: r for r in kernels.compiled_table((arch,))}
-    loaded = {r["kernel"]: r for r in ge.kernel_resources()}
+    loaded = {r["kernel"]: r for r in kernel_resources.measure()}
     for name, r in loaded.items():
         assert r["regs_per_thread"] == ours[name]["regs_per_thread"], name
         assert abs(r["smem_per_block"] - ours[name]["smem_per_block"]) <= 1024, name
@@ -260,12 +260,11 @@ def test_the_compiler_agrees_with_the_loaded_kernels():
 
 
 def test_each_spec_names_its_kernel_with_one_type_per_argument():
-    from helpers import gpu_experiments as ge
-
     for spec in kernels.KERNELS + kernels.BEFORE_KERNELS:
         fn = spec.dispatcher().py_func
         assert fn.__code__.co_argcount == len(spec.argtypes), spec.name
-    assert kernels.spec("transpose_shared_kernel").threads_per_block == ge.TILE_DIM * ge.BLOCK_ROWS
+    assert kernels.spec("transpose_shared_kernel").threads_per_block == (
+        memory_access.TILE_DIM * memory_access.BLOCK_ROWS)
     with pytest.raises(ValueError, match="name must be one of"):
         kernels.spec("no_such_kernel")
 

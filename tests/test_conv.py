@@ -1,5 +1,5 @@
 """helpers.conv: every strategy, forward and backward, on the CPU and the CUDA path (the
-simulator without a GPU), against a float64 NumPy reference that does not use torch."""
+simulator without a GPU), against the float64 reference (helpers.conv.check)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from helpers import backend
+from helpers.device import backend
 from helpers.conv import STRATEGIES, ConvConfig, conv2d, conv2d_backward, simulator_refusal
 
-import conv_reference as ref
+from helpers.conv import check as ref
 
 TOL = {"fft": 1e-3}
 
@@ -73,10 +73,10 @@ def _check_case(name, device, case):
 
     y = conv2d(x, w, stride, padding, strategy=name, device=device)
     assert isinstance(y, np.ndarray) and y.dtype == np.float32
-    assert _rel(y, ref.forward(x, w, stride, padding)) < tol
+    assert _rel(y, ref.reference(x, w, stride, padding)) < tol
 
     dx, dw = conv2d_backward(x, w, dy, stride, padding, strategy=name, device=device)
-    dx_ref, dw_ref = ref.backward(x, w, dy, stride, padding)
+    dx_ref, dw_ref = ref.reference_backward(x, w, dy, stride, padding)
     assert _rel(dx, dx_ref) < tol
     assert _rel(dw, dw_ref) < tol
 
@@ -100,9 +100,9 @@ def test_named_awkward_cases(name, device):
         dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
         tol = TOL.get(strat.family, 1e-4)
         pair = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
-        assert _rel(conv2d(x, w, stride, padding, name, device), ref.forward(x, w, *pair)) < tol
+        assert _rel(conv2d(x, w, stride, padding, name, device), ref.reference(x, w, *pair)) < tol
         dx, dw = conv2d_backward(x, w, dy, stride, padding, name, device)
-        dx_ref, dw_ref = ref.backward(x, w, dy, *pair)
+        dx_ref, dw_ref = ref.reference_backward(x, w, dy, *pair)
         assert _rel(dx, dx_ref) < tol and _rel(dw, dw_ref) < tol
 
 
@@ -111,7 +111,7 @@ def test_the_reference_check_catches_a_wrong_answer():
     x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     y = conv2d(x, w)
-    expected = ref.forward(x, w)
+    expected = ref.reference(x, w)
     assert _rel(y, expected) < 1e-5
     off_by_one = np.roll(y, 1, axis=3)
     assert _rel(off_by_one, expected) > 1e-2
@@ -234,7 +234,7 @@ def test_registry_families_flops_and_workspace():
 
 
 def test_check_command_reports_every_strategy(capsys):
-    from helpers.conv.__main__ import main
+    from helpers.conv.check import main
 
     assert main(["--check"]) == 0
     out = capsys.readouterr().out

@@ -1,17 +1,17 @@
-"""helpers.conv.bench: the Table I timing command, on layers small enough for a test."""
+"""helpers.experiments.conv_bench: the Table I timing command, on layers small enough for a test."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import backend
-from helpers.conv import STRATEGIES, config_for
-from helpers.conv.__main__ import main
-from helpers.conv.bench import FIELDS, bench_layers, format_table
-from helpers.paper import ConvLayer
+from helpers.device import backend
+from helpers.conv import STRATEGIES
+from helpers.experiments.conv_bench import main
+from helpers.experiments.conv_bench import FIELDS, bench_layers, format_table
+from helpers.conv import ConvConfig
 
-TINY = (ConvLayer("T1", b=2, i=9, f=3, k=3, s=1, c=2),
-        ConvLayer("T2", b=2, i=7, f=2, k=5, s=2, c=1))
+TINY = (ConvConfig.from_study(b=2, i=9, f=3, k=3, s=1, c=2, name="T1"),
+        ConvConfig.from_study(b=2, i=7, f=2, k=5, s=2, c=1, name="T2"))
 
 
 def test_rows_cover_every_layer_strategy_and_pass_with_the_reference_as_baseline():
@@ -30,8 +30,7 @@ def test_rows_cover_every_layer_strategy_and_pass_with_the_reference_as_baseline
                     row["median_ms"] / next(r["median_ms"] for r in rows if (
                         r["layer"], r["strategy"], r["pass"], r["device"]) == (
                         layer.name, "reference", pass_, row["device"])))
-                cfg = config_for((1, layer.c, layer.i, layer.i),
-                                 (layer.f, layer.c, layer.k, layer.k), layer.s)
+                cfg = layer.with_batch(1)
                 assert row["flops"] == STRATEGIES[name].flops(cfg, pass_ != "forward")
                 assert (row["peak_bytes"] is None) == (pass_ == "forward")
     assert len(seen) == sum(r["status"] == "ok" for r in rows)
@@ -58,5 +57,5 @@ def test_bad_arguments_are_refused(kwargs, match):
 
 
 def test_command_refuses_a_bad_batch(capsys):
-    assert main(["--bench", "--batch", "0"]) == 2
+    assert main(["--batch", "0"]) == 2
     assert "--batch must be >= 1" in capsys.readouterr().out

@@ -11,8 +11,11 @@ import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda
 import plotly.graph_objects as go
 import pytest
 
-from helpers import backend, plots, sweep, widgets
+from helpers.device import backend
+from helpers.experiments import sweep
+from helpers import widgets
 from helpers.conv import STRATEGIES, config_for
+from helpers.figures import style
 
 SMALL = dict(b=1, i=16, f=8, k=3, s=1, c=3, padding=0, device="cpu", min_run_time=0.005)
 CPU_STRATEGIES = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]
@@ -62,7 +65,7 @@ def test_measures_every_ticked_strategy_on_construction(explorer):
     assert list(bar.x) == CPU_STRATEGIES
     assert list(bar.y) == [r["median_ms"] for r in explorer.rows]
     assert list(bar.error_y.array) == pytest.approx([r["iqr_ms"] / 2 for r in explorer.rows])
-    assert list(bar.marker.color) == [plots.color_for(n) for n in CPU_STRATEGIES]
+    assert list(bar.marker.color) == [style.color_for(n) for n in CPU_STRATEGIES]
     assert "(ms)" in runtime.layout.yaxis.title.text
     assert where in runtime.layout.title.text
     assert "(1, 16, 8, 3, 1)" in runtime.layout.title.text

@@ -1,5 +1,5 @@
-"""helpers.conv.fft: FFT convolution, forward and backward, against the float64 NumPy reference
-(tests/conv_reference.py, independent of torch), plus its FFT size, workspace and FLOP model."""
+"""helpers.conv.fft: FFT convolution, forward and backward, against the float64 reference
+(helpers.conv.check, torch in float64), plus its FFT size, workspace and FLOP model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_reference import backward, forward
+from helpers.conv.check import reference as forward
+from helpers.conv.check import reference_backward as backward
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.conv.phases import library_kernels, phase_times
+from helpers.experiments.phases import library_kernels, phase_times
 
 X, W = (2, 3, 12, 12), (4, 3, 5, 5)
 

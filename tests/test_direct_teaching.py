@@ -116,10 +116,10 @@ def test_tile_traffic_refuses_bad_sizes():
 
 
 def test_filtered_images_figure(rng):
-    from helpers import plots
+    from helpers.figures import style
 
     panels = [(f"panel {j}", rng.standard_normal((300, 200))) for j in range(5)]
-    fig = plots.filtered_images_figure(panels, device="CPU: test", cols=3, max_px=64)
+    fig = style.filtered_images_figure(panels, device="CPU: test", cols=3, max_px=64)
     assert len(fig.data) == 5
     for trace in fig.data:
         z = np.asarray(trace.z)
@@ -127,29 +127,29 @@ def test_filtered_images_figure(rng):
     assert "CPU: test" in fig.layout.title.text
     assert fig.layout.yaxis5.autorange == "reversed" and fig.layout.xaxis5.scaleanchor == "y5"
     with pytest.raises(ValueError, match="must be a 2-D image"):
-        plots.filtered_images_figure([("bad", np.zeros((2, 3, 4)))], device="x")
+        style.filtered_images_figure([("bad", np.zeros((2, 3, 4)))], device="x")
     with pytest.raises(ValueError, match="must not be empty"):
-        plots.filtered_images_figure([], device="x")
+        style.filtered_images_figure([], device="x")
 
 
 def test_conv_window_figure():
-    from helpers import plots
+    from helpers.figures import nb03_direct
 
     cfg = config_for((1, 1, 6, 6), (1, 1, 3, 3), 1, 1)
     x = np.arange(36, dtype=np.float32).reshape(6, 6)
     y = np.zeros((6, 6), np.float32)
     reads = direct.window_reads(cfg, 0, 0, 0, 0)
-    fig = plots.conv_window_figure(x, np.ones((3, 3)), y, reads, p=0, q=0, padding=1, device="sim")
+    fig = nb03_direct.conv_window_figure(x, np.ones((3, 3)), y, reads, p=0, q=0, padding=1, device="sim")
     z = np.asarray(fig.data[0].z)
     assert z.shape == (8, 8)
     assert (z == -1).sum() == 8 * 8 - 36 and (z == 1).sum() == 4  # padding ring; 4 reads
     assert "reads 4 inputs" in fig.layout.title.text and "sim" in fig.layout.title.text
     with pytest.raises(ValueError, match="x must be 2-D"):
-        plots.conv_window_figure(x[None], np.ones((3, 3)), y, reads, 0, 0)
+        nb03_direct.conv_window_figure(x[None], np.ones((3, 3)), y, reads, 0, 0)
 
 
 def test_direct_runtime_and_phase_and_reuse_figures():
-    from helpers import plots
+    from helpers.figures import nb03_direct
 
     rows = [{"layer": f"Conv{j}", "strategy": s, "pass": ps, "median_ms": 1.0 + j, "iqr_ms": 0.1,
              "gflop_per_s": 2.0, "device": "CPU: test"}
@@ -157,21 +157,21 @@ def test_direct_runtime_and_phase_and_reuse_figures():
             for ps in ("forward", "forward+backward")]
     rows.append({"layer": "Conv3", "strategy": "direct-naive", "pass": "forward", "median_ms": None,
                  "iqr_ms": None, "gflop_per_s": None, "device": "CPU: test"})
-    fig = plots.direct_runtime_figure(rows)
+    fig = nb03_direct.direct_runtime_figure(rows)
     assert len(fig.data) == 8 and "CPU: test" in fig.layout.title.text
     assert fig.layout.yaxis.type == "log"
     with pytest.raises(ValueError, match="no measured rows"):
-        plots.direct_runtime_figure(rows[-1:])
+        nb03_direct.direct_runtime_figure(rows[-1:])
 
     steps = [{"phase": "direct (y)", "ms": 3.0, "share": 0.9},
              {"phase": "other", "ms": 0.3, "share": 0.1}]
-    fig = plots.direct_phases_figure([("direct-naive, forward", steps)], device="CPU: test")
+    fig = nb03_direct.direct_phases_figure([("direct-naive, forward", steps)], device="CPU: test")
     assert [t.name for t in fig.data] == ["direct (y)", "other"]
     assert "CPU: test" in fig.layout.title.text
 
     tiles = [1, 2, 4, 8]
     traffic = [direct.tile_traffic(3, 3, 1, t) for t in tiles]
-    fig = plots.tile_reuse_figure([("3 x 3", tiles, traffic)], mark_tile=8)
+    fig = nb03_direct.tile_reuse_figure([("3 x 3", tiles, traffic)], mark_tile=8)
     assert list(fig.data[0].y) == [direct.tile_traffic(3, 3, 1, t).input_reuse for t in tiles]
 
 

@@ -1,4 +1,4 @@
-"""helpers.gemm: the naive and tiled GEMM kernels against a float64 NumPy matmul.
+"""helpers.conv.gemm: the naive and tiled GEMM kernels against a float64 NumPy matmul.
 
 Shapes are drawn from 1..40 so that M, N and K are often not multiples of the tile (16): the
 last blocks then have threads outside C and the last tile along K is partial, which is where a
@@ -22,9 +22,9 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from numba import cuda, float32
 
-from helpers import backend
-from helpers import gemm as g
-from helpers.conv._arrays import cuda_device, kernel_array, poisoned, to_torch
+from helpers.device import backend
+from helpers.conv import gemm as g
+from helpers.device.arrays import cuda_device, kernel_array, poisoned, to_torch
 from conftest import simulator_only
 
 TILE = g.TILE

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import helpers  # noqa: F401  (decides the backend first)
-from helpers import backend, elementwise, memory, timing
+from helpers.device import backend, memory, timing
+from helpers import elementwise
 
 pytestmark = [
     pytest.mark.gpu,

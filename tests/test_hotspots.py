@@ -1,8 +1,11 @@
-"""helpers.hotspots and helpers.models: the study's Figure 2 (share of training time by layer
-type), the four networks, the analytic FLOP counts, the command and its refusals."""
+"""The study's Figure 2 (share of training time by layer type): the four networks
+(helpers.networks.figure2), the analytic FLOP counts (helpers.experiments.layer_costs), the
+profiler's time by layer type (helpers.experiments.layer_times), and the experiment with its
+command and refusals (helpers.experiments.hotspots)."""
 
 import helpers  # noqa: F401  (decides the backend first)
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -10,8 +13,14 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import backend, hotspots, models, plots
-from helpers.hotspots import GROUPS, classify, layer_flops, main, profile_module, refusal
+from helpers import results
+from helpers.device import backend
+from helpers.experiments import hotspots, layer_times
+from helpers.experiments.hotspots import main, refusal
+from helpers.experiments.layer_costs import GROUPS, layer_flops
+from helpers.experiments.layer_times import classify, profile_module
+from helpers.figures import nb02_hotspots
+from helpers.networks import figure2
 
 from conftest import simulator_only
 
@@ -136,7 +145,7 @@ def test_gpu_time_goes_to_the_operator_that_launched_each_kernel():
         E(name, us=us, device=True)
     E("ProfilerStep*", us=1000, device=True, annotation=True)
     E("Optimizer.step#SGD.step", us=50, device=True)
-    seconds, detail, total = hotspots.attribute(events, device_time=True)
+    seconds, detail, total = layer_times.attribute(events, device_time=True)
     us = {g: round(v * 1e6, 6) for g, v in seconds.items()}
     assert us == {"convolution": 90, "pooling": 0, "activation": 0, "fully connected": 30,
                   "other": 5, "weight update": 5}
@@ -144,7 +153,7 @@ def test_gpu_time_goes_to_the_operator_that_launched_each_kernel():
     assert detail["other"]["GPU work linked to no operator"] == pytest.approx(5e-6)
     assert detail["other"].get("framework", 0) == 0  # the ProfilerStep range is no kernel
     # the same events on the CPU clock: every root's time once
-    seconds, _, total = hotspots.attribute(events, device_time=False)
+    seconds, _, total = layer_times.attribute(events, device_time=False)
     assert round(total * 1e6, 6) == 900 + 60 + 70
     assert round(seconds["convolution"] * 1e6, 6) == 100 + 70
     assert round(seconds["fully connected"] * 1e6, 6) == 50 + 60
@@ -180,21 +189,21 @@ def test_overfeat_fast_layers_match_the_paper():
 
 def test_overfeat_output_shape():
     with torch.device("meta"):
-        net = models.OverFeatFast()
+        net = figure2.OverFeatFast()
     assert net(torch.empty(2, 3, 231, 231, device="meta")).shape == (2, 1000)
     assert net(torch.empty(3, 3, 96, 96, device="meta")).shape == (3, 1000)  # adaptive pooling
     with torch.device("meta"):
-        small = models.OverFeatFast(num_classes=5)
+        small = figure2.OverFeatFast(num_classes=5)
     assert small(torch.empty(1, 3, 71, 71, device="meta")).shape == (1, 5)
     with pytest.raises(ValueError, match="num_classes"):
-        models.OverFeatFast(num_classes=0)
+        figure2.OverFeatFast(num_classes=0)
 
 
-@pytest.mark.parametrize("name", models.NAMES)
+@pytest.mark.parametrize("name", figure2.NAMES)
 def test_min_input_is_the_smallest_that_trains_with_a_batch_of_one(name):
     with torch.device("meta"):
-        net = models.build(name)  # training mode, as profiled
-    low = models.MIN_INPUT[name]
+        net = figure2.build(name)  # training mode, as profiled
+    low = figure2.MIN_INPUT[name]
     assert net(torch.empty(1, 3, low, low, device="meta")).shape == (1, 1000)
     with pytest.raises((RuntimeError, ValueError)):
         net(torch.empty(1, 3, low - 1, low - 1, device="meta"))
@@ -238,7 +247,15 @@ def test_far_too_slow_runs_are_refused_up_front(monkeypatch):
     reason = refusal("vgg16", 64, 224, 10, "cpu", budget_s=30)
     assert reason.startswith("refused:") and "GFLOP" in reason and "30 s budget" in reason
     with pytest.raises(ValueError, match="refused"):
-        hotspots.profile_training("vgg16", 64, 224, 10, "cpu", budget_s=30)
+        hotspots.measure("vgg16", 64, 224, 10, "cpu", budget_s=30)
+
+
+def test_estimate_is_seconds_that_grow_with_the_work():
+    one = hotspots.estimate("alexnet", 1, 128, 1, "cpu", warmup=0)
+    assert one > 0
+    assert hotspots.estimate("alexnet", 4, 128, 2, "cpu", warmup=0) == pytest.approx(8 * one)
+    with pytest.raises(ValueError, match="iterations"):
+        hotspots.estimate("alexnet", 1, 128, 0)
 
 
 def test_runs_too_large_for_memory_are_refused(monkeypatch):
@@ -294,28 +311,54 @@ def test_command_rejects_bad_arguments(argv, message, capsys):
 # ------------------------------------------------------------- results/ and the figure
 
 
-def test_reference_rows_round_trip_through_results(tmp_path):
-    from helpers import results
+def test_nothing_recorded_says_which_command_records_it(tmp_path):
+    rec = hotspots.recorded(directory=tmp_path)
+    assert not rec and rec.profiles == []
+    assert hotspots.COMMAND in rec.note
+    assert hotspots.COMMAND == "python -m helpers.experiments.hotspots --model all --save"
 
+
+def test_recorded_profiles_round_trip_through_results(tmp_path):
+    alex = profile_module(_tiny_cnn(), (2, 3, 16, 16), iterations=1, num_classes=10,
+                          name="alexnet")
+    vgg = profile_module(_tiny_cnn(), (4, 3, 16, 16), iterations=1, num_classes=10, name="vgg16")
+    rows = [dict(r, device_kind="cuda") for p in (alex, vgg) for r in p.rows()]
+    cpu_rows = [dict(r, model="overfeat") for r in alex.rows()]  # device_kind "cpu": left out
+    results.save("hotspots_test-gpu", rows + cpu_rows, directory=tmp_path)
+    meta_path = tmp_path / "hotspots_test-gpu.json"
+    meta = json.loads(meta_path.read_text())
+    meta["environment"]["gpu_name"] = "Test GPU"
+    meta_path.write_text(json.dumps(meta))
+    rec = hotspots.recorded(directory=tmp_path)
+    assert rec and [p.model for p in rec.profiles] == ["alexnet", "vgg16"]
+    ref = rec.profiles[0]
+    assert ref.source == "reference" and ref.device == "cuda"
+    assert ref.device_label == "GPU: Test GPU" and ref.date == meta["date"][:10]
+    assert ref.batch == 2 and ref.input_size == 16 and rec.profiles[1].batch == 4
+    assert ref.shares == pytest.approx(alex.shares)
+    assert "GPU: Test GPU" in rec.note
+    assert "AlexNet" in hotspots.format_table(rec.profiles)
+
+
+def test_save_keeps_gpu_profiles_only(tmp_path):
     p = profile_module(_tiny_cnn(), (2, 3, 16, 16), iterations=1, num_classes=10, name="alexnet")
-    rows = [dict(r, device_kind="cuda", device="GPU: Test GPU") for r in p.rows()]
-    results.save("hotspots_test-gpu", rows, directory=tmp_path)
-    (ref,) = hotspots.reference_profiles(directory=tmp_path)
-    assert ref.source == "reference" and ref.device_label == "GPU: Test GPU" and ref.date
-    assert ref.model == "alexnet" and ref.batch == 2 and ref.input_size == 16
-    assert ref.shares == pytest.approx(p.shares)
+    with pytest.raises(ValueError, match="GPU"):
+        hotspots.save([p], command="pytest", directory=tmp_path)
+    with pytest.raises(ValueError, match="GPU"):
+        hotspots.save([], command="pytest", directory=tmp_path)
+    assert not list(tmp_path.iterdir())
 
 
 def test_hotspot_figure_stacks_one_trace_per_layer_type():
     bars = [("AlexNet", "study, K40c", {"convolution": 0.86, "not convolution (not split)": 0.14}),
             ("AlexNet", "here, CPU", {"convolution": 0.5, "pooling": 0.1, "fully connected": 0.4})]
-    fig = plots.hotspot_figure(bars, subtitle="measured on CPU")
+    fig = nb02_hotspots.hotspot_figure(bars, subtitle="measured on CPU")
     names = [t.name for t in fig.data]
     assert names == ["convolution", "pooling", "fully connected", "not convolution (not split)"]
     assert fig.layout.barmode == "stack"
     assert list(fig.data[0].y) == [86.0, 50.0]
     with pytest.raises(ValueError, match="bars"):
-        plots.hotspot_figure([])
+        nb02_hotspots.hotspot_figure([])
 
 
 # -------------------------------------------------------------------------------- GPU only
@@ -323,8 +366,8 @@ def test_hotspot_figure_stacks_one_trace_per_layer_type():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
-def test_profile_training_on_the_gpu_uses_kernel_time():
-    p = hotspots.profile_training("alexnet", 16, 224, 2, "cuda")
+def test_measure_on_the_gpu_uses_kernel_time():
+    p = hotspots.measure("alexnet", 16, 224, 2, "cuda")
     assert p.time_kind == "GPU time (CUDA kernels)" and p.device_label.startswith("GPU: ")
     assert math.isclose(sum(p.shares.values()), 1.0, rel_tol=1e-9)
     assert p.conv_share > 0.2

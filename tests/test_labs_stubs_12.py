@@ -1,7 +1,7 @@
 """Labs 1 and 2 as learners get them: the stub notebooks run top to bottom without an error, and
 every check cell reports "not implemented yet"; the solutions have the same check cells.
 
-The stubs are executed with nbclient, as :func:`helpers.run_notebooks.run_notebook` does (in
+The stubs are executed with nbclient, as :func:`tools.run_notebooks.run_notebook` does (in
 this interpreter's kernel, errors not allowed). The solutions themselves are checked by
 ``pytest --nbval labs/solutions``.
 """

@@ -1,8 +1,8 @@
 """Labs 3-5 as a learner first opens them: every stub lab runs top to bottom without an error,
 and every check cell says "not implemented yet".
 
-Each lab is executed with nbclient exactly as ``python -m helpers.run_notebooks`` does
-(:func:`helpers.run_notebooks.run_notebook`), into a temporary folder: the stored notebooks are
+Each lab is executed with nbclient exactly as ``python -m tools.run_notebooks`` does
+(:func:`tools.run_notebooks.run_notebook`), into a temporary folder: the stored notebooks are
 not touched. A check cell is a code cell that calls ``labN.check_...``.
 """
 
@@ -13,7 +13,7 @@ import re
 import nbformat
 import pytest
 
-from helpers.run_notebooks import ROOT, run_notebook
+from tools.run_notebooks import ROOT, run_notebook
 
 LABS = ["lab3_im2col.ipynb", "lab4_fft_convolution.ipynb", "lab5_pick_the_fastest.ipynb"]
 CHECK_CALL = re.compile(r"\blab[345]\.check_\w+\(")

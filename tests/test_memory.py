@@ -1,4 +1,4 @@
-"""helpers.memory.peak_memory: peak memory of one call above the baseline, method named."""
+"""helpers.device.memory.peak_memory: peak memory of one call above the baseline, method named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import memory
+from helpers.device import memory
 from conftest import simulator_only
 
 MB100 = 100 * 2**20

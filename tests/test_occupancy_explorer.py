@@ -7,8 +7,11 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 import plotly.graph_objects as go
 import pytest
 
-from helpers import backend, plots, widgets
+from helpers.device import backend
+from helpers import widgets
 from helpers.occupancy import GPU_ARCH, SM_LIMITS
+from helpers.experiments import kernel_resources
+from helpers.figures import nb07_inside_the_gpu
 
 
 @pytest.fixture(params=[False, True], ids=["output", "figurewidget"])
@@ -101,7 +104,7 @@ def test_unexpected_errors_show_a_message(plain, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("chart on fire")
 
-    monkeypatch.setattr(plots, "occupancy_curve_figure", broken)
+    monkeypatch.setattr(nb07_inside_the_gpu, "occupancy_curve_figure", broken)
     plain.regs.value = 40  # must not raise
     assert "RuntimeError" in plain.message_text and "chart on fire" in plain.message_text
     monkeypatch.undo()
@@ -129,13 +132,13 @@ def test_set_rejects_unknown_controls(plain):
 
 
 def test_the_figure_function_directly():
-    fig = plots.occupancy_curve_figure("K40c", 128, 116)
+    fig = nb07_inside_the_gpu.occupancy_curve_figure("K40c", 128, 116)
     y = list(fig.data[0].y)
     assert y[0] == 100.0            # 1 register: 16 blocks of 4 warps = all 64 warps
     assert y[115] == 25.0           # 116 registers: 17 warps by registers -> 4 blocks of 4
     assert y[-1] == 12.5            # 255 registers: 8 warps by registers -> 2 blocks of 4
     with pytest.raises(ValueError, match="vary"):
-        plots.occupancy_curve_figure("K40c", 128, 116, vary="x")
+        nb07_inside_the_gpu.occupancy_curve_figure("K40c", 128, 116, vary="x")
 
 
 # ---------------------------------------------------------------------------- on a GPU
@@ -144,12 +147,10 @@ def test_the_figure_function_directly():
 @pytest.mark.gpu
 @pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
 def test_the_explorer_agrees_with_the_driver_for_our_kernels():
-    from helpers import gpu_experiments as ge
-
-    cc = ge._device_cc()
+    cc = kernel_resources._device_cc()
     if cc not in SM_LIMITS:
         pytest.skip(f"compute capability {cc} is not in helpers.occupancy.SM_LIMITS")
-    rows = ge.kernel_resources()
+    rows = kernel_resources.measure()
     ex = widgets.OccupancyExplorer(gpu=cc, use_figurewidget=False)
     assert any(v == cc for _, v in ex.gpu.options)
     for r in rows:

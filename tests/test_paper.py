@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.paper import TABLE_I, ConvLayer, GemmShape, im2col_gemm
+from helpers.conv import ConvConfig
+from helpers.paper import TABLE_I, GemmShape, im2col_gemm
 
 STUDY_TUPLES = {
     "Conv1": (128, 128, 96, 11, 1),
@@ -18,9 +19,12 @@ STUDY_TUPLES = {
 def test_table_i_has_the_studys_five_layers():
     assert [layer.name for layer in TABLE_I] == list(STUDY_TUPLES)
     for layer in TABLE_I:
-        assert layer.tuple5() == STUDY_TUPLES[layer.name]
-        assert (layer.b, layer.i, layer.f, layer.k, layer.s) == STUDY_TUPLES[layer.name]
-        assert layer.padding == 0
+        assert isinstance(layer, ConvConfig)
+        assert layer.study == STUDY_TUPLES[layer.name]
+        # in cuDNN symbols: (N, H = W, K filters, R = S kernel, stride)
+        assert (layer.n, layer.h, layer.k, layer.r, layer.stride_h) == STUDY_TUPLES[layer.name]
+        assert (layer.w, layer.s, layer.stride_w) == (layer.h, layer.r, layer.stride_h)
+        assert layer.pad_h == layer.pad_w == 0
 
 
 def test_input_channels_as_documented():
@@ -32,7 +36,7 @@ def test_input_channels_as_documented():
     ("Conv1", 118), ("Conv2", 126), ("Conv3", 24), ("Conv4", 10), ("Conv5", 11)])
 def test_out_size_of_table_i(name, p):
     layer = next(layer for layer in TABLE_I if layer.name == name)
-    assert layer.out_size == p
+    assert layer.p == layer.q == p
 
 
 @pytest.mark.parametrize("i, k, s, padding, expected", [
@@ -43,7 +47,19 @@ def test_out_size_of_table_i(name, p):
     (5, 5, 1, 0, 1),
 ])
 def test_out_size_formula(i, k, s, padding, expected):
-    assert ConvLayer("x", b=1, i=i, f=1, k=k, s=s, c=1, padding=padding).out_size == expected
+    cfg = ConvConfig.from_study(b=1, i=i, f=1, k=k, s=s, c=1, padding=padding)
+    assert cfg.p == cfg.q == expected
+
+
+def test_from_study_names_the_layer_but_does_not_compare_it():
+    a = ConvConfig.from_study(2, 9, 3, 3, 2, c=4, padding=1, name="A")
+    assert (a.x_shape, a.w_shape, (a.stride_h, a.pad_h)) == ((2, 4, 9, 9), (3, 4, 3, 3), (2, 1))
+    assert a.name == "A" and a == ConvConfig.from_study(2, 9, 3, 3, 2, c=4, padding=1)
+    assert a.with_batch(5).study == (5, 9, 3, 3, 2) and a.with_batch(5).name == "A"
+    with pytest.raises(ValueError, match="kernel 11x11 is larger"):
+        ConvConfig.from_study(1, 8, 1, 11, 1)
+    with pytest.raises(ValueError, match="batch n must be an integer >= 1"):
+        a.with_batch(0)
 
 
 def test_conv1_im2col_gemm_by_hand():
@@ -66,8 +82,9 @@ def test_gemm_flops_equal_layer_flops():
     for layer in TABLE_I:
         g = im2col_gemm(layer)
         assert g.flops == layer.flops
-        p = layer.out_size
-        assert layer.flops == 2 * layer.b * layer.f * p * p * layer.c * layer.k * layer.k
+        b, i, f, k, s = layer.study
+        p = (i - k) // s + 1
+        assert layer.flops == 2 * b * f * p * p * layer.c * k * k
         assert layer.name in g.name
 
 
@@ -94,4 +111,4 @@ def test_square_gemm_intensity_is_n_over_6_in_float32():
 
 def test_layers_are_immutable():
     with pytest.raises(AttributeError):
-        TABLE_I[0].b = 1  # type: ignore[misc]
+        TABLE_I[0].n = 1  # type: ignore[misc]

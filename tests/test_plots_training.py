@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from helpers import plots, training
+from helpers.experiments import training
+from helpers.figures import nb09_training
 
 
 def _row(**kw):
@@ -23,22 +24,22 @@ def _row(**kw):
 
 
 def test_labelled_images_figure_is_a_small_greyscale_mosaic():
-    fig = plots.labelled_images_figure(np.random.default_rng(0).random((3, 25, 25)), [0, 1, 0],
+    fig = nb09_training.labelled_images_figure(np.random.default_rng(0).random((3, 25, 25)), [0, 1, 0],
                                        ("face", "non-face"), "lfw_subset", cols=2)
     z = np.asarray(fig.data[0].z)
     assert z.dtype == np.uint8 and z.shape == (2 * 27, 2 * 27)
     assert [a.text for a in fig.layout.annotations] == ["face", "non-face", "face"]
     assert fig.layout.yaxis.autorange == "reversed"
     with pytest.raises(ValueError, match="labels"):
-        plots.labelled_images_figure(np.zeros((2, 5, 5)), [0], ("a", "b"), "t")
+        nb09_training.labelled_images_figure(np.zeros((2, 5, 5)), [0], ("a", "b"), "t")
     with pytest.raises(ValueError, match="images"):
-        plots.labelled_images_figure(np.zeros((2, 200, 200)), [0, 1], ("a", "b"), "t")
+        nb09_training.labelled_images_figure(np.zeros((2, 200, 200)), [0, 1], ("a", "b"), "t")
 
 
 def test_training_loss_figure_names_device_and_accuracy():
     res = training.TrainResult("small", "lfw_subset", "CPU: test", 2, 4, [1.0, 0.5, 0.4, 0.2],
                                [0.75, 0.3], 1.0, 0.96, 1.5, 16)
-    fig = plots.training_loss_figure(res, 0.9)
+    fig = nb09_training.training_loss_figure(res, 0.9)
     assert "CPU: test" in fig.layout.title.text and "96%" in fig.layout.title.text
     assert len(fig.data) == 2
 
@@ -48,23 +49,23 @@ def test_throughput_charts_draw_live_and_reference_rows():
     refs = [_row(batch_size=b, device_kind="cuda", device="GPU: H100, 2026-01-01",
                  source="training_h100", augment="True") for b in (8, 32)]
     refs.append(_row(device_kind="cuda", status="not measured: no GPU", images_per_s=math.nan))
-    fig = plots.images_per_s_figure(rows + refs)
+    fig = nb09_training.images_per_s_figure(rows + refs)
     assert len(fig.data) == 2 and "(results/)" in fig.data[1].name
     assert fig.layout.xaxis.type == "log"
     workers = [_row(workers=w, augment=a) for a in (False, "True") for w in (0, 1)]
-    fig = plots.wait_compute_figure(workers)
+    fig = nb09_training.wait_compute_figure(workers)
     assert [t.name for t in fig.data[:2]] == ["waiting for data", "computing"]
     assert list(fig.data[0].x[0]) == ["augmentation off"] * 2 + ["augmentation on"] * 2
     assert "1 worker" in list(fig.data[0].x[1])
     depth = [_row(model=m, depth=d) for m, d in (("resnet20", 20), ("small", 5))]
-    fig = plots.depth_figure(depth)
+    fig = nb09_training.depth_figure(depth)
     assert list(fig.layout.xaxis.categoryarray) == ["small (5 layers)", "resnet20 (20 layers)"]
 
 
 def test_utilisation_figure_and_empty_inputs():
     samples = [dict(t_s=0.1 * i, gpu_util=math.nan, cpu_util=50.0) for i in range(5)]
-    fig = plots.utilisation_figure(samples, "CPU: test", "no GPU here")
+    fig = nb09_training.utilisation_figure(samples, "CPU: test", "no GPU here")
     assert len(fig.data) == 1 and "no GPU here" in fig.layout.title.text
-    for fig in (plots.utilisation_figure([], "x", "no GPU"), plots.images_per_s_figure([]),
-                plots.wait_compute_figure([]), plots.depth_figure([])):
+    for fig in (nb09_training.utilisation_figure([], "x", "no GPU"), nb09_training.images_per_s_figure([]),
+                nb09_training.wait_compute_figure([]), nb09_training.depth_figure([])):
         assert len(fig.layout.annotations) == 1 and not fig.data

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from helpers import backend, results
+from helpers.device import backend
+from helpers import results
 
 
 @pytest.fixture
@@ -46,14 +47,14 @@ def test_save_then_load_round_trip(tmp_path, rows):
 
 
 def test_meta_records_the_environment(tmp_path, rows):
-    _, json_path = results.save("run", rows, command="python -m helpers.throughput --quick",
+    _, json_path = results.save("run", rows, command="python -m helpers.experiments.throughput --quick",
                                 directory=tmp_path)
     meta = json.loads(json_path.read_text())
     ds = results.load("run", tmp_path)
     assert ds.meta == meta
     assert meta["name"] == "run"
     assert meta["rows"] == len(rows)
-    assert meta["command"] == "python -m helpers.throughput --quick"
+    assert meta["command"] == "python -m helpers.experiments.throughput --quick"
     assert meta["date"][:4].isdigit() and "T" in meta["date"]
     assert ds.date == meta["date"]
     env = meta["environment"]
@@ -151,17 +152,39 @@ def _gpu_dataset(tmp_path, gpu_name="NVIDIA H100 80GB HBM3"):
          "size": 1024, "device": "CPU: y"},
     ]
     results.save("01_throughput_test", rows, directory=tmp_path)
-    ds = results.load("01_throughput_test", tmp_path)
-    ds.meta["environment"]["gpu_name"] = gpu_name
-    return ds
+    meta_path = tmp_path / "01_throughput_test.json"
+    meta = json.loads(meta_path.read_text())
+    meta["environment"]["gpu_name"] = gpu_name
+    meta_path.write_text(json.dumps(meta))
+    return results.load("01_throughput_test", tmp_path)
 
 
-def test_gpu_rows_keep_gpu_rows_that_match_and_label_them(tmp_path):
+def test_recorded_keeps_gpu_rows_that_match_and_labels_them(tmp_path):
     ds = _gpu_dataset(tmp_path)
-    rows = results.gpu_rows([ds], dtype="float32")
-    assert len(rows) == 1
-    assert rows[0]["source"] == "reference"
-    assert rows[0]["device"] == f"GPU: NVIDIA H100 80GB HBM3, {ds.date[:10]}"
-    assert len(results.gpu_rows([ds])) == 2  # no filter: both GPU rows, never the CPU row
-    assert results.gpu_rows([ds], dtype="float16") == []
-    assert ds.rows[0]["device"] == "GPU: x"  # the dataset itself is left as it was
+    rec = results.recorded("01_throughput_", "make it", directory=tmp_path, dtype="float32")
+    assert len(rec.rows) == 1 and rec and [d.name for d in rec.datasets] == [ds.name]
+    assert rec.rows[0]["source"] == "reference"
+    assert rec.rows[0]["device"] == f"GPU: NVIDIA H100 80GB HBM3, {ds.date[:10]}"
+    assert rec.note == f"recorded in results/ on GPU: NVIDIA H100 80GB HBM3 ({ds.date[:10]})"
+    # no filter: both GPU rows, never the CPU row; gpu_only=False keeps it
+    assert len(results.recorded("01_throughput_", "x", directory=tmp_path).rows) == 2
+    assert len(results.recorded("01_throughput_", "x", directory=tmp_path, gpu_only=False).rows) == 3
+    # rows without device_kind are told apart by their device label
+    results.save("conv_table1_b1_gpu", [{"strategy": "fft", "device": "GPU: y"},
+                                        {"strategy": "fft", "device": "CPU: z"}], directory=tmp_path)
+    assert [r["strategy"] for r in results.recorded("conv_table1_", "x",
+                                                     directory=tmp_path).rows] == ["fft"]
+    assert results.load(ds.name, tmp_path).rows[0]["device"] == "GPU: x"  # files untouched
+
+
+def test_recorded_without_a_match_says_how_to_record(tmp_path):
+    _gpu_dataset(tmp_path)
+    rec = results.recorded("01_throughput_", "python -m x --save", directory=tmp_path,
+                           dtype="float16")
+    assert not rec and rec.rows == [] and rec.datasets == []
+    assert rec.note == ("nothing recorded in results/ yet: run `python -m x --save` on a GPU "
+                        "machine")
+    assert not results.recorded("nothing_", "c", directory=tmp_path / "missing")
+    with pytest.raises(ValueError, match="prefix and command"):
+        results.recorded("", "c")
+

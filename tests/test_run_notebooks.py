@@ -1,8 +1,8 @@
-"""helpers.run_notebooks: execute notebooks headless into a build folder, ipynb + html.
+"""tools.run_notebooks: execute notebooks headless into a build folder, ipynb + html.
 
 Kernel starts take seconds, so one module fixture runs everything once: ``main()`` in this
 process on a good and a failing notebook into ``--out`` and, at the same time in a subprocess,
-``python -m helpers.run_notebooks --in-place`` on copies of them.
+``python -m tools.run_notebooks --in-place`` on copies of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import nbformat
 import pytest
 
-from helpers import run_notebooks
+from tools import run_notebooks
 
 GOOD = ("x = 6 * 7", "print('answer', x)")
 BAD = ("y = 1", "raise ValueError('broken on purpose')", "print('never reached')")
@@ -42,7 +42,7 @@ def run(tmp_path_factory):
     ip_bad = _notebook(in_place / "02_bad.ipynb", *BAD)
     ip_bad_before = ip_bad.read_bytes()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "helpers.run_notebooks", "--in-place", "--timeout", "60",
+        [sys.executable, "-m", "tools.run_notebooks", "--in-place", "--timeout", "60",
          str(ip_good), str(ip_bad)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=run_notebooks.ROOT)
 

@@ -1,4 +1,4 @@
-"""helpers.sweep: the study's sweeps as data, and the command that measures them."""
+"""helpers.experiments.sweep: the study's sweeps as data, and the command that measures them."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ import json
 
 import pytest
 
-from helpers import backend
-from helpers.conv import STRATEGIES, config_for
+from helpers.device import backend
+from helpers.conv import STRATEGIES, ConvConfig, config_for
 from helpers.paper import TABLE_I
-from helpers.sweep import (FIELDS, PRESETS, Preset, estimate_seconds, main, measure, refusal,
-                           run_preset)
+from helpers.experiments.sweep import (
+    FIELDS,
+    PRESETS,
+    Preset,
+    estimate_seconds,
+    main,
+    measure,
+    refusal,
+    run_preset,
+)
 
 
 def test_paper_preset_has_the_studys_ranges_around_its_base():
@@ -23,19 +31,18 @@ def test_paper_preset_has_the_studys_ranges_around_its_base():
     assert by["input"] == list(range(32, 257, 16))
     assert by["filters"] == list(range(32, 513, 16))
     table1 = [p for p in pts if p.sweep == "table1"]
-    assert [(p.layer, p.b, p.i, p.f, p.k, p.s, p.c) for p in table1] == [
-        (layer.name, 128, layer.i, layer.f, layer.k, layer.s, layer.c) for layer in TABLE_I]
+    assert [(p.cfg.name, *p.cfg.study, p.cfg.c) for p in table1] == [
+        (layer.name, 128, *layer.study[1:], layer.c) for layer in TABLE_I]
     # every point varies exactly one parameter of the base
     for p in pts:
         if p.sweep != "table1":
-            diffs = [a != b for a, b in zip((p.b, p.i, p.f, p.k, p.s), paper.base)]
-            assert sum(diffs) <= 1 and p.c == 3
+            diffs = [a != b for a, b in zip(p.cfg.study, paper.base)]
+            assert sum(diffs) <= 1 and p.cfg.c == 3
 
 
 def test_every_point_of_both_presets_is_a_valid_configuration():
     for preset in PRESETS.values():
-        for p in preset.points():
-            p.config()  # raises ValueError if not
+        assert all(isinstance(p.cfg, ConvConfig) for p in preset.points())  # else ValueError
 
 
 def test_measure_times_a_supported_point_and_explains_the_others():
@@ -77,7 +84,7 @@ TINY = Preset("tiny", (1, 8, 2, 3, 1), 1, range(1, 3), range(6, 9, 2), range(2, 
 
 def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
     # Table I at batch 1 is too slow for a unit test: keep only its smallest layer.
-    monkeypatch.setattr("helpers.sweep.TABLE_I", TABLE_I[3:4])
+    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
     rows = run_preset(TINY, min_run_time=0.005, progress=False)
     pts = TINY.points()
     assert len(rows) == len(pts) * len(STRATEGIES) * 2
@@ -91,7 +98,7 @@ def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
 
 def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "tiny", TINY)
-    monkeypatch.setattr("helpers.sweep.TABLE_I", TABLE_I[3:4])
+    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
     out = tmp_path / "s.csv"
     assert main(["--preset", "tiny", "--out", str(out), "--no-progress",
                  "--min-run-time", "0.005"]) == 0

@@ -1,12 +1,12 @@
-"""helpers.sweep's analysis (fastest map, the study's findings) and the head-to-head charts."""
+"""helpers.experiments.sweep's analysis (fastest map, the study's findings) and the head-to-head charts."""
 
 from __future__ import annotations
 
 import helpers  # noqa: F401
 import pytest
 
-from helpers import plots
-from helpers.sweep import fastest_map, findings
+from helpers.figures import nb06_head_to_head
+from helpers.experiments.sweep import fastest_map, findings
 
 
 def _row(sweep, x, strategy, ms, ws=None, **cfg):
@@ -66,19 +66,19 @@ def test_fastest_map_measures_every_fitting_cell():
 
 
 def test_sweep_figure_draws_each_strategy_once_in_the_legend():
-    fig = plots.sweep_figure(_study_like(), "median_ms", "Runtime")
+    fig = nb06_head_to_head.sweep_figure(_study_like(), "median_ms", "Runtime")
     names = [t.name for t in fig.data if t.showlegend]
     assert sorted(names) == ["fft", "im2col-gemm", "reference"]
     assert "CPU: test" in fig.layout.title.text
-    fig = plots.sweep_figure(_study_like(), "workspace_bytes", "Workspace")
+    fig = nb06_head_to_head.sweep_figure(_study_like(), "workspace_bytes", "Workspace")
     assert {t.name for t in fig.data} == {"fft", "im2col-gemm"}  # reference's is unknown
     assert max(max(t.y) for t in fig.data) == pytest.approx(8e6 / 2**20)
 
 
 def test_fastest_map_figure_and_findings_table():
-    fig = plots.fastest_map_figure([1, 3], [16, 32], [["fft", None], ["reference", "fft"]],
+    fig = nb06_head_to_head.fastest_map_figure([1, 3], [16, 32], [["fft", None], ["reference", "fft"]],
                                    "CPU: test")
     assert list(fig.data[0].text[0]) == ["fft", ""] and "CPU: test" in fig.layout.title.text
-    html = plots.findings_table([{"finding": "a<b", "study": "s", "here": "h", "agrees": None}],
+    html = nb06_head_to_head.findings_table([{"finding": "a<b", "study": "s", "here": "h", "agrees": None}],
                                 "CPU")
     assert "a&lt;b" in html and "cannot tell" in html

@@ -1,4 +1,4 @@
-"""helpers.throughput: size lists, up-front size checks, and tiny CPU sweeps."""
+"""helpers.experiments.throughput: size lists, up-front size checks, and tiny CPU sweeps."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import backend
-from helpers import throughput as tp
-from helpers.timing import device_label
+from helpers.device import backend
+from helpers.experiments import throughput as tp
+from helpers.device.timing import device_label
 from conftest import simulator_only
 
 FAST = dict(min_run_time=0.005, progress=False)

@@ -1,4 +1,4 @@
-"""helpers.timing.benchmark: warm-up, repeats, median, and synchronisation around the clock."""
+"""helpers.device.timing.benchmark: warm-up, repeats, median, and synchronisation around the clock."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import backend, timing
+from helpers.device import backend, timing
 from conftest import simulator_only
 
 

@@ -1,4 +1,5 @@
-"""Tests of helpers.datasets, helpers.cnn_models and helpers.training (notebook 09).
+"""Tests of notebook 09's modules: helpers.networks.datasets and training_cnns, and
+helpers.experiments.training, training_throughput and training_utilisation.
 
 Fast: tiny batches, 16-pixel images and a few steps; the GPU checks are marked and skipped
 without a GPU.
@@ -15,7 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import backend, cnn_models, datasets, training
+from helpers.device import backend
+from helpers.networks import training_cnns, datasets
+from helpers.experiments import training, training_throughput, training_utilisation
 
 from conftest import simulator_only
 
@@ -133,36 +136,36 @@ def test_cifar10_wrapper_with_the_files_present(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------ models
 
 
-@pytest.mark.parametrize("name", list(cnn_models.MODELS))
+@pytest.mark.parametrize("name", list(training_cnns.MODELS))
 @pytest.mark.parametrize("c, classes, size", [(1, 2, 25), (3, 10, 32)])
 def test_models_accept_the_datasets_shapes(name, c, classes, size):
-    net = cnn_models.build(name, c, classes, size)
+    net = training_cnns.build(name, c, classes, size)
     out = net(torch.randn(2, c, size, size))
     assert out.shape == (2, classes) and out.dtype == torch.float32
-    assert cnn_models.weight_layers(net) == cnn_models.MODELS[name].depth
+    assert training_cnns.weight_layers(net) == training_cnns.MODELS[name].depth
 
 
 def test_resnet20_has_the_papers_size():
-    net = cnn_models.build("resnet20", 3, 10, 32)
-    assert cnn_models.weight_layers(net) == 20
-    assert abs(cnn_models.parameter_count(net) - 0.27e6) < 0.005e6  # He et al. Table 6: 0.27M
-    small = cnn_models.parameter_count(cnn_models.build("small", 3, 10, 32))
-    vgg = cnn_models.parameter_count(cnn_models.build("vgg", 3, 10, 32))
-    assert small < cnn_models.parameter_count(net) < vgg
+    net = training_cnns.build("resnet20", 3, 10, 32)
+    assert training_cnns.weight_layers(net) == 20
+    assert abs(training_cnns.parameter_count(net) - 0.27e6) < 0.005e6  # He et al. Table 6: 0.27M
+    small = training_cnns.parameter_count(training_cnns.build("small", 3, 10, 32))
+    vgg = training_cnns.parameter_count(training_cnns.build("vgg", 3, 10, 32))
+    assert small < training_cnns.parameter_count(net) < vgg
 
 
 def test_forward_flops_counts_convolutions_and_dense_layers():
-    net = cnn_models.build("small", 3, 10, 32)
+    net = training_cnns.build("small", 3, 10, 32)
     by_hand = (2 * 32 * 32 * 32 * 3 * 9 + 2 * 16 * 16 * 32 * 32 * 9 + 2 * 8 * 8 * 64 * 32 * 9
                + 2 * 1024 * 64 + 2 * 64 * 10)
-    assert cnn_models.forward_flops(net, 3, 32) == by_hand
+    assert training_cnns.forward_flops(net, 3, 32) == by_hand
     assert net.training  # its mode is restored
-    resnet = cnn_models.forward_flops(cnn_models.build("resnet20", 3, 10, 32), 3, 32)
+    resnet = training_cnns.forward_flops(training_cnns.build("resnet20", 3, 10, 32), 3, 32)
     assert 80e6 < resnet < 82e6  # about 41 million multiply-adds
 
 
 def test_build_is_seeded():
-    a, b = cnn_models.build("small", 1, 2, 25, seed=3), cnn_models.build("small", 1, 2, 25, seed=3)
+    a, b = training_cnns.build("small", 1, 2, 25, seed=3), training_cnns.build("small", 1, 2, 25, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
@@ -170,7 +173,7 @@ def test_build_is_seeded():
                                   ("small", 3, 1, 32), ("small", 3, 10, 4), ("vgg", 3, 10, 8)])
 def test_models_bad_arguments_raise(args):
     with pytest.raises(ValueError):
-        cnn_models.build(*args)
+        training_cnns.build(*args)
 
 
 # ------------------------------------------------------------------------------ training
@@ -200,9 +203,19 @@ def test_train_bad_arguments_raise(kwargs):
 # ------------------------------------------------------------------------------ throughput
 
 
+def test_endless_loader_never_runs_out_and_is_seeded():
+    ds = datasets.LFWFaces("test")  # 50 images: ten batches of 16 need four passes
+    first = [next(it) for it in [iter(training.endless_loader(ds, 16, seed=3))] for _ in range(10)]
+    again = next(iter(training.endless_loader(ds, 16, seed=3)))
+    assert all(x.shape == (16, 1, 25, 25) and y.dtype == torch.int64 for x, y in first)
+    assert torch.equal(first[0][1], again[1])
+    with pytest.raises(ValueError, match="dataset"):
+        training.load_dataset(42)
+
+
 def test_measure_row_structure_on_cpu():
-    row = training.measure(**TINY)
-    assert tuple(row) == training.ROW_KEYS
+    row = training_throughput.measure(**TINY)
+    assert tuple(row) == training_throughput.ROW_KEYS
     assert row["status"] == "ok" and row["device_kind"] == "cpu"
     assert row["device"].startswith("CPU") and row["dataset"] == "lfw_subset"
     assert row["images_per_s"] > 0 and row["images"] == row["steps"] * 4
@@ -238,7 +251,7 @@ class _SlowModel(nn.Module):
 
 
 def test_wait_and_compute_are_split_correctly():
-    row = training.measure(_SlowModel(), _SlowData(), batch_size=4, steps=3, warmup=1)
+    row = training_throughput.measure(_SlowModel(), _SlowData(), batch_size=4, steps=3, warmup=1)
     assert row["model"] == "_SlowModel" and row["dataset"] == "slow"
     assert row["wait_s"] >= 3 * 4 * 0.002 * 0.9
     assert row["compute_s"] >= 3 * 0.01 * 0.9
@@ -252,7 +265,7 @@ def test_time_steps_splits_each_step():
             yield torch.zeros(2), torch.zeros(2)
 
     calls = []
-    times = training.time_steps(batches(), lambda x, y: (calls.append(1), time.sleep(0.002)),
+    times = training_throughput.time_steps(batches(), lambda x, y: (calls.append(1), time.sleep(0.002)),
                                 steps=3, warmup=2)
     assert len(calls) == 5 and times.steps == 3 and len(times.step_s) == 3
     assert times.wait_s >= 3 * 0.004 * 0.9 and times.compute_s >= 3 * 0.002 * 0.9
@@ -262,49 +275,50 @@ def test_time_steps_splits_each_step():
 
 
 def test_workers_and_augmentation_rows():
-    rows = training.workers_sweep(workers=(0, 1), augment=(True,), **TINY)
+    rows = training_throughput.workers_sweep(workers=(0, 1), augment=(True,), **TINY)
     assert [r["workers"] for r in rows] == [0, 1]
     assert all(r["status"] == "ok" and r["augment"] is True for r in rows)
     assert all(r["experiment"] == "workers" for r in rows)
 
 
 def test_min_seconds_keeps_stepping():
-    row = training.measure(min_seconds=0.3, **TINY)
+    row = training_throughput.measure(min_seconds=0.3, **TINY)
     assert row["total_s"] >= 0.3 and row["steps"] >= 2
 
 
 @simulator_only
 def test_gpu_rows_say_why_they_were_not_measured():
-    rows = training.batch_size_sweep("small", [4, 8], ["cpu", "cuda"], **{
+    rows = training_throughput.batch_size_sweep("small", [4, 8], ["cpu", "cuda"], **{
         k: v for k, v in TINY.items() if k != "batch_size"})
     assert len(rows) == 4
     gpu = [r for r in rows if r["device_kind"] == "cuda"]
     assert all(r["status"].startswith("not measured") and math.isnan(r["images_per_s"])
                for r in gpu)
-    assert all(tuple(r) == training.ROW_KEYS for r in rows)
+    assert all(tuple(r) == training_throughput.ROW_KEYS for r in rows)
     assert training.gpu_reason() is not None
     with pytest.raises(ValueError, match="GPU"):
         training.train(device="cuda")
 
 
-def test_speedup_table_pairs_cpu_and_gpu_of_one_source():
-    def row(model, depth, kind, ips, status="ok", source="live"):
+def test_speedup_table_pairs_cpu_and_gpu_of_one_machine():
+    def row(model, depth, kind, ips, status="ok", **machine):
         return dict(model=model, depth=depth, device_kind=kind, device=kind.upper(),
-                    images_per_s=ips, status=status, source=source)
+                    images_per_s=ips, status=status, **machine)
 
-    table = training.speedup_table([
+    ref = dict(machine="GPU: H100, 2026-01-02")
+    table = training_throughput.speedup_table([
         row("vgg", 11, "cpu", 10.0), row("vgg", 11, "cuda", 1000.0),
         row("small", 5, "cpu", 100.0), row("small", 5, "cuda", math.nan, "not measured: x"),
-        row("small", 5, "cpu", 50.0, source="ref"), row("small", 5, "cuda", 500.0, source="ref")])
-    assert [(e["source"], e["model"]) for e in table] == [
-        ("live", "small"), ("live", "vgg"), ("ref", "small")]
+        row("small", 5, "cpu", 50.0, **ref), row("small", 5, "cuda", 500.0, **ref)])
+    assert [(e["machine"], e["model"]) for e in table] == [
+        ("this machine", "small"), ("this machine", "vgg"), ("GPU: H100, 2026-01-02", "small")]
     assert math.isnan(table[0]["speedup"]) and "not measured" in table[0]["note"]
     assert table[1]["speedup"] == pytest.approx(100.0)
     assert table[2]["speedup"] == pytest.approx(10.0)
 
 
 def test_utilisation_sampler_on_the_cpu():
-    with training.UtilisationSampler(interval_s=0.02, gpu=False) as s:
+    with training_utilisation.UtilisationSampler(interval_s=0.02, gpu=False) as s:
         x = torch.randn(256, 256)
         end = time.perf_counter() + 0.2
         while time.perf_counter() < end:
@@ -315,7 +329,7 @@ def test_utilisation_sampler_on_the_cpu():
 
 
 def test_utilisation_trace_on_the_cpu():
-    trace = training.utilisation_trace(device="cpu", seconds=0.3, interval_s=0.05,
+    trace = training_throughput.utilisation_trace(device="cpu", seconds=0.3, interval_s=0.05,
                                        **{k: v for k, v in TINY.items() if k not in ("steps",)})
     assert trace["row"]["status"] == "ok" and trace["row"]["experiment"] == "utilisation"
     assert trace["samples"] and trace["gpu_reason"]
@@ -327,49 +341,76 @@ def test_utilisation_trace_on_the_cpu():
     dict(dataset="imagenet"), dict(image_size=4)])
 def test_measure_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
-        training.measure(**{**TINY, **kwargs})
+        training_throughput.measure(**{**TINY, **kwargs})
 
 
 def test_sweeps_and_sampler_bad_arguments_raise():
     with pytest.raises(ValueError, match="batch_sizes"):
-        training.batch_size_sweep("small", [])
+        training_throughput.batch_size_sweep("small", [])
     with pytest.raises(ValueError, match="workers"):
-        training.workers_sweep(workers=())
+        training_throughput.workers_sweep(workers=())
     with pytest.raises(ValueError, match="models"):
-        training.depth_sweep(models=())
+        training_throughput.depth_sweep(models=())
     with pytest.raises(ValueError, match="interval_s"):
-        training.UtilisationSampler(interval_s=0)
+        training_utilisation.UtilisationSampler(interval_s=0)
     with pytest.raises(ValueError, match="seconds"):
-        training.utilisation_trace(seconds=0)
+        training_throughput.utilisation_trace(seconds=0)
 
 
-def test_reference_rows_are_labelled_with_gpu_and_date(tmp_path):
-    (tmp_path / "training_h100.csv").write_text(
-        "experiment,model,device_kind,device,images_per_s,status\n"
-        "depth,small,cuda,GPU: NVIDIA H100,5000.0,ok\n"
-        "depth,small,cpu,CPU: Xeon,500.0,ok\n"
-        "batch,small,cuda,GPU: NVIDIA H100,4000.0,ok\n")
-    (tmp_path / "training_h100.json").write_text(json.dumps(
+def _save_h100_and_cpu_runs(folder):
+    (folder / "training_h100.csv").write_text(
+        "experiment,model,depth,device_kind,device,images_per_s,status\n"
+        "depth,small,5,cuda,GPU: NVIDIA H100,5000.0,ok\n"
+        "depth,small,5,cpu,CPU: Xeon,500.0,ok\n"
+        "batch,small,5,cuda,GPU: NVIDIA H100,4000.0,ok\n")
+    (folder / "training_h100.json").write_text(json.dumps(
         {"date": "2026-01-02T03:04:05+00:00", "environment": {"gpu_name": "NVIDIA H100"}}))
-    (tmp_path / "training_cpu.csv").write_text("experiment,device_kind\ndepth,cpu\n")
-    (tmp_path / "training_cpu.json").write_text(json.dumps({"environment": {}}))
-    rows = training.reference_rows("depth", directory=tmp_path)
-    assert len(rows) == 2 and all(r["source"] == "training_h100" for r in rows)
-    assert rows[0]["device"] == "GPU: NVIDIA H100, 2026-01-02"
-    assert "2026-01-02" in rows[1]["device"]
-    assert len(training.reference_rows("depth", gpu_only=True, directory=tmp_path)) == 1
-    assert training.reference_rows("depth", directory=tmp_path / "missing") == []
+    (folder / "training_cpu.csv").write_text(
+        "experiment,model,depth,device_kind,device,images_per_s,status\n"
+        "depth,small,5,cpu,CPU: laptop,90.0,ok\n"
+        "depth,small,5,cuda,GPU (none here),nan,not measured: no GPU\n")
+    (folder / "training_cpu.json").write_text(json.dumps(
+        {"date": "2026-01-03T00:00:00+00:00", "environment": {"cpu_model": "laptop"}}))
+
+
+def test_recorded_rows_are_labelled_with_gpu_and_date(tmp_path):
+    _save_h100_and_cpu_runs(tmp_path)
+    rec = training_throughput.recorded("depth", directory=tmp_path)
+    assert rec and len(rec.rows) == 1 and rec.rows[0]["source"] == "reference"
+    assert rec.rows[0]["device"] == rec.rows[0]["machine"] == "GPU: NVIDIA H100, 2026-01-02"
+    assert [ds.name for ds in rec.datasets] == ["training_h100"]
+    assert "GPU: NVIDIA H100 (2026-01-02)" in rec.note
+    # with the CPU rows of the same machine (not those of a machine without a GPU)
+    both = training_throughput.recorded("depth", gpu_only=False, directory=tmp_path).rows
+    assert [r["device_kind"] for r in both] == ["cuda", "cpu"]
+    assert both[1]["device"] == "CPU beside GPU: NVIDIA H100, 2026-01-02"
+    table = training_throughput.speedup_table(both)
+    assert len(table) == 1 and table[0]["speedup"] == pytest.approx(10.0)
+
+
+def test_recorded_says_which_command_records_the_numbers(tmp_path):
+    rec = training_throughput.recorded("batch", directory=tmp_path / "missing")
+    assert not rec and rec.rows == [] and rec.command == training_throughput.COMMAND
+    assert "python -m helpers.experiments.training_throughput --save" in rec.note
+    with pytest.raises(ValueError, match="experiment"):
+        training_throughput.recorded("speed")
 
 
 def test_command_line_prints_a_table(capsys):
-    assert training.main(["--experiment", "batch", "--quick", "--batch-sizes", "4",
-                          "--image-size", "16", "--steps", "1"]) == 0
+    assert training_throughput.main(["--experiment", "batch", "--quick", "--batch-sizes", "4",
+                                     "--image-size", "16", "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert "images_per_s" in out and "lfw_subset" in out and "cpu" in out
 
 
+def test_training_command_line_prints_the_accuracy(capsys):
+    assert training.main(["--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "small on lfw_subset" in out and "test accuracy" in out and "threshold 0.9" in out
+
+
 def test_format_table_handles_missing_numbers():
-    text = training.format_table([dict(model="small", images_per_s=math.nan, status="ok")],
+    text = training_throughput.format_table([dict(model="small", images_per_s=math.nan, status="ok")],
                                  ["model", "images_per_s", "status"])
     assert "small" in text and " - " in text
 
@@ -394,7 +435,7 @@ class _GpuSleep(nn.Module):
 def test_gpu_step_time_includes_the_work_after_the_launch():
     # Without torch.cuda.synchronize() before each clock reading the 20 ms of GPU work
     # would be missed (the launch returns at once).
-    row = training.measure(_GpuSleep(), _SlowData(), device="cuda", batch_size=4, steps=5,
+    row = training_throughput.measure(_GpuSleep(), _SlowData(), device="cuda", batch_size=4, steps=5,
                            warmup=1, min_seconds=0)
     assert row["status"] == "ok"
     assert row["compute_s"] / row["steps"] > 0.015
@@ -403,9 +444,9 @@ def test_gpu_step_time_includes_the_work_after_the_launch():
 @pytest.mark.gpu
 @pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
 def test_gpu_measurements_run_with_utilisation_and_mixed_precision():
-    row = training.measure("resnet20", device="cuda", batch_size=128, steps=5,
+    row = training_throughput.measure("resnet20", device="cuda", batch_size=128, steps=5,
                            sample_utilisation=True, min_seconds=1.5)
     assert row["status"] == "ok" and row["device"].startswith("GPU")
     assert row["images_per_s"] > 0 and not math.isnan(row["gpu_util_mean"])
-    rows = training.precision_sweep("small", 64, "cuda", steps=3, min_seconds=0)
+    rows = training_throughput.precision_sweep("small", 64, "cuda", steps=3, min_seconds=0)
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)

@@ -7,11 +7,13 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from helpers import backend, plots, results, transfers
+from helpers import results
+from helpers.device import backend
+from helpers.experiments import transfer_model, transfer_streams, transfers
+from helpers.figures import nb08_transfers
 from helpers.paper import TABLE_I
 
 from conftest import simulator_only
-
 
 
 # ------------------------------------------------------------------ the estimate, by hand
@@ -19,19 +21,19 @@ from conftest import simulator_only
 
 def test_pcie_rates_from_the_specification():
     # 8 GT/s x 16 lanes x 128/130 encoding / 8 bits = 15.75 GB/s per direction
-    assert transfers.LINKS["PCIe 3.0 x16"].raw_bytes_s == pytest.approx(15.7538e9, rel=1e-5)
-    assert transfers.LINKS["PCIe 4.0 x16"].raw_bytes_s == pytest.approx(31.5077e9, rel=1e-5)
-    assert transfers.LINKS["PCIe 5.0 x16"].raw_bytes_s == pytest.approx(63.0154e9, rel=1e-5)
-    assert transfers.LINKS["PCIe 3.0 x16"].bytes_s == 12e9
-    assert transfers.LINKS["PCIe 5.0 x16"].bytes_s == pytest.approx(0.75 * 63.0154e9, rel=1e-5)
-    assert transfers.LINKS["NVLink-C2C"].bytes_s == 450e9
-    for link in transfers.LINKS.values():
+    assert transfer_model.LINKS["PCIe 3.0 x16"].raw_bytes_s == pytest.approx(15.7538e9, rel=1e-5)
+    assert transfer_model.LINKS["PCIe 4.0 x16"].raw_bytes_s == pytest.approx(31.5077e9, rel=1e-5)
+    assert transfer_model.LINKS["PCIe 5.0 x16"].raw_bytes_s == pytest.approx(63.0154e9, rel=1e-5)
+    assert transfer_model.LINKS["PCIe 3.0 x16"].bytes_s == 12e9
+    assert transfer_model.LINKS["PCIe 5.0 x16"].bytes_s == pytest.approx(0.75 * 63.0154e9, rel=1e-5)
+    assert transfer_model.LINKS["NVLink-C2C"].bytes_s == 450e9
+    for link in transfer_model.LINKS.values():
         assert link.bytes_s <= link.raw_bytes_s and link.basis and link.source
 
 
 def test_estimate_worked_by_hand_conv2_batch1_forward():
     # Conv2 = (b, i, f, k, s) = (1, 128, 96, 3, 1), c = 3: P = 126.
-    e = transfers.estimate_share("Conv2", "K40c", "PCIe 3.0 x16", batch=1, backward=False)
+    e = transfer_model.estimate_share("Conv2", "K40c", "PCIe 3.0 x16", batch=1, backward=False)
     assert e["bytes_in"] == 3 * 128 * 128 * 4 == 196_608
     assert e["bytes_out"] == 96 * 126 * 126 * 4 == 6_096_384
     assert e["gflop"] * 1e9 == pytest.approx(2 * 96 * 126 * 126 * 3 * 3 * 3) == 82_301_184
@@ -40,16 +42,16 @@ def test_estimate_worked_by_hand_conv2_batch1_forward():
     assert e["copy_share"] == pytest.approx(0.524416 / (0.524416 + 0.0191844), rel=1e-5)
     assert e["flop_per_byte"] == pytest.approx(82_301_184 / 6_292_992)
     assert e["kind"] == "estimate" and e["gpu"] == "Tesla K40c" and e["pass"] == "forward"
-    assert list(e) == list(transfers.ESTIMATE_FIELDS)
+    assert list(e) == list(transfer_model.ESTIMATE_FIELDS)
 
 
 def test_estimate_backward_triples_flops_and_input_only_drops_the_output():
-    fwd = transfers.estimate_share("Conv1", backward=False)
-    both = transfers.estimate_share("Conv1", backward=True)
+    fwd = transfer_model.estimate_share("Conv1", backward=False)
+    both = transfer_model.estimate_share("Conv1", backward=True)
     assert both["gflop"] == pytest.approx(3 * fwd["gflop"])
     assert both["compute_ms"] == pytest.approx(3 * fwd["compute_ms"])
     assert both["copy_ms"] == pytest.approx(fwd["copy_ms"])
-    only_in = transfers.estimate_share("Conv1", copy_output=False)
+    only_in = transfer_model.estimate_share("Conv1", copy_output=False)
     assert only_in["bytes_out"] == 0 and only_in["copies"] == "input only"
     assert only_in["copy_ms"] == pytest.approx(128 * 3 * 128 * 128 * 4 / 12e9 * 1e3)
     assert only_in["copy_share"] < both["copy_share"]
@@ -58,12 +60,12 @@ def test_estimate_backward_triples_flops_and_input_only_drops_the_output():
 def test_estimate_share_is_the_closed_form():
     peak, bw = 4.29e12, 12e9
     for layer in TABLE_I:
-        e = transfers.estimate_share(layer)
+        e = transfer_model.estimate_share(layer)
         assert e["copy_share"] == pytest.approx(1 / (1 + e["flop_per_byte"] * bw / peak))
 
 
 def test_estimate_small_layers_have_the_largest_share():
-    shares = {e["layer"]: e["copy_share"] for e in transfers.estimate_table(scenarios=[
+    shares = {e["layer"]: e["copy_share"] for e in transfer_model.estimate(scenarios=[
         ("study", "K40c", "PCIe 3.0 x16")])}
     # Conv2 (3 x 3 kernel on a large input: little arithmetic per byte) leads, Conv3 is last.
     assert max(shares, key=shares.get) == "Conv2"
@@ -71,9 +73,9 @@ def test_estimate_small_layers_have_the_largest_share():
 
 
 def test_estimate_table_covers_every_scenario_and_layer():
-    rows = transfers.estimate_table(batch=8)
-    assert len(rows) == len(transfers.SCENARIOS) * len(TABLE_I)
-    assert {r["scenario"] for r in rows} == {s[0] for s in transfers.SCENARIOS}
+    rows = transfer_model.estimate(batch=8)
+    assert len(rows) == len(transfer_model.SCENARIOS) * len(TABLE_I)
+    assert {r["scenario"] for r in rows} == {s[0] for s in transfer_model.SCENARIOS}
     assert all(r["b"] == 8 and 0 < r["copy_share"] < 1 for r in rows)
 
 
@@ -82,7 +84,7 @@ def test_estimated_timeline_worked_by_hand():
     # x per image 384*13*13*4 = 259,584 B -> 21.632 us; y per image 384*11*11*4 = 185,856 B
     # -> 15.488 us; FLOPs per image 2*384*121*384*9 = 321,159,168 -> 74.862 us at 4.29 TFLOP/s.
     h, d, c = 259_584 / 12e9 * 1e3, 185_856 / 12e9 * 1e3, 321_159_168 / 4.29e12 * 1e3
-    tl = transfers.estimated_timeline("Conv5", 2, batch=2)
+    tl = transfer_model.estimated_timeline("Conv5", 2, batch=2)
     seq = [(t["kind"], t["start_ms"], t["end_ms"]) for t in tl if t["run"] == "sequential"]
     assert seq == [("h2d", 0.0, pytest.approx(2 * h)),
                    ("compute", pytest.approx(2 * h), pytest.approx(2 * h + 2 * c)),
@@ -100,7 +102,7 @@ def test_estimated_timeline_worked_by_hand():
 
 def test_estimated_timeline_pipeline_is_never_slower_than_sequential():
     for layer in TABLE_I:
-        tl = transfers.estimated_timeline(layer, 8)
+        tl = transfer_model.estimated_timeline(layer, 8)
         seq = max(t["end_ms"] for t in tl if t["run"] == "sequential")
         piped = max(t["end_ms"] for t in tl if t["run"] == "overlapped")
         assert piped <= seq * (1 + 1e-12)
@@ -111,36 +113,46 @@ def test_estimated_timeline_pipeline_is_never_slower_than_sequential():
 
 
 def test_chunk_bounds():
-    assert transfers.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
-    assert transfers.chunk_bounds(5, 1) == [(0, 5)]
-    assert transfers.chunk_bounds(3, 3) == [(0, 1), (1, 2), (2, 3)]
+    assert transfer_model.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert transfer_model.chunk_bounds(5, 1) == [(0, 5)]
+    assert transfer_model.chunk_bounds(3, 3) == [(0, 1), (1, 2), (2, 3)]
     for n, chunks in [(0, 1), (5, 0), (5, 6), (5, 2.0), (True, 1)]:
         with pytest.raises(ValueError, match="n must|chunks must"):
-            transfers.chunk_bounds(n, chunks)
+            transfer_model.chunk_bounds(n, chunks)
 
 
 def test_overlap_achieved_by_hand():
-    assert transfers.overlap_achieved(10, 10, 10, 30) == 0.0      # nothing hidden
-    assert transfers.overlap_achieved(10, 10, 10, 10) == 1.0      # only the longest stage left
-    assert transfers.overlap_achieved(10, 20, 10, 30) == pytest.approx(0.5)  # 10 of 20 hidden
-    assert transfers.overlap_achieved(10, 20, 10, 45) == 0.0      # slower than sequential
-    assert transfers.overlap_achieved(0, 5, 0, 5) == 0.0          # nothing could be hidden
+    assert transfer_model.overlap_achieved(10, 10, 10, 30) == 0.0      # nothing hidden
+    assert transfer_model.overlap_achieved(10, 10, 10, 10) == 1.0      # only the longest stage left
+    assert transfer_model.overlap_achieved(10, 20, 10, 30) == pytest.approx(0.5)  # 10 of 20 hidden
+    assert transfer_model.overlap_achieved(10, 20, 10, 45) == 0.0      # slower than sequential
+    assert transfer_model.overlap_achieved(0, 5, 0, 5) == 0.0          # nothing could be hidden
     with pytest.raises(ValueError, match="h2d_ms"):
-        transfers.overlap_achieved(-1, 1, 1, 1)
+        transfer_model.overlap_achieved(-1, 1, 1, 1)
     with pytest.raises(ValueError, match="overlapped_ms"):
-        transfers.overlap_achieved(1, 1, 1, 0)
+        transfer_model.overlap_achieved(1, 1, 1, 0)
 
 
 def test_layer_for():
-    assert transfers.layer_for("Conv3") == TABLE_I[2]
-    assert transfers.layer_for("Conv3", batch=4).b == 4
-    assert transfers.layer_for(TABLE_I[0]) is TABLE_I[0]
+    assert transfer_model.layer_for("Conv3") == TABLE_I[2]
+    assert transfer_model.layer_for("Conv3", batch=4).n == 4
+    assert transfer_model.layer_for(TABLE_I[0]) is TABLE_I[0]
     with pytest.raises(ValueError, match="layer must be one of"):
-        transfers.layer_for("Conv9")
+        transfer_model.layer_for("Conv9")
     with pytest.raises(ValueError, match="layer must be"):
-        transfers.layer_for(3)
+        transfer_model.layer_for(3)
     with pytest.raises(ValueError, match="batch must"):
-        transfers.layer_for("Conv1", batch=0)
+        transfer_model.layer_for("Conv1", batch=0)
+    # a ConvConfig: k is the filters, s the kernel width; the study's (b, i, f, k, s) is .study
+    lay = transfer_model.layer_for("Conv3", batch=4)
+    assert lay.name == "Conv3" and lay.study == (4, 32, 128, 9, 1)
+    assert transfer_model.layer_bytes(lay) == (4 * 128 * 32 * 32 * 4, 4 * 128 * 24 * 24 * 4)
+
+
+def test_the_experiment_face():
+    assert transfers.estimate is transfer_model.estimate
+    for name in ("estimate", "measure", "recorded", "main"):
+        assert name in transfers.__all__ and callable(getattr(transfers, name))
 
 
 def test_format_table():
@@ -153,11 +165,11 @@ def test_format_table():
 
 @pytest.mark.parametrize("backward", [False, True])
 def test_compute_function_matches_autograd_on_the_cpu(backward):
-    layer = transfers.layer_for("Conv4", batch=2)
+    layer = transfer_model.layer_for("Conv4", batch=2)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 128, 16, 16, generator=g)
     w = torch.randn(128, 128, 7, 7, generator=g)
-    y = transfers._compute_fn(w, layer, backward)(x)
+    y = transfer_streams.compute_fn(w, layer, backward)(x)
     torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w))
     if backward:  # the aten call the GPU path times computes the same gradients as autograd
         xx, ww = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -212,13 +224,13 @@ def test_transfer_share_argument_errors(kwargs, match):
 
 def test_estimate_argument_errors():
     with pytest.raises(ValueError, match="gpu must name"):
-        transfers.estimate_share("Conv1", gpu="Voodoo2")
+        transfer_model.estimate_share("Conv1", gpu="Voodoo2")
     with pytest.raises(ValueError, match="link must be one of"):
-        transfers.estimate_share("Conv1", link="USB 2.0")
+        transfer_model.estimate_share("Conv1", link="USB 2.0")
     with pytest.raises(ValueError, match="chunks must"):
-        transfers.estimated_timeline("Conv1", chunks=129)
-    with pytest.raises(ValueError, match="experiment must be"):
-        transfers.reference_rows("latency")
+        transfer_model.estimated_timeline("Conv1", chunks=129)
+    with pytest.raises(ValueError, match="experiment must be one of"):
+        transfers.recorded("latency")
 
 
 # ------------------------------------------------------------------ without a GPU
@@ -251,6 +263,8 @@ def test_overlap_and_share_without_a_gpu_say_why():
     assert o["status"].startswith("not measured:")
     assert set(o) == set(transfers.OVERLAP_FIELDS) | {"timeline"}
     assert o["bytes_out"] == 8 * 96 * 126 * 126 * 4  # the analytic fields are still there
+    # rows name the layer in the study's symbols: k is the kernel size, s the stride
+    assert [o[f] for f in ("b", "c", "i", "f", "k", "s")] == [8, 3, 128, 96, 3, 1]
     for strategy in transfers.TRANSFER_STRATEGIES:
         s = transfers.transfer_share("Conv2", strategy, batch=8)
         assert list(s) == list(transfers.SHARE_FIELDS)
@@ -258,6 +272,19 @@ def test_overlap_and_share_without_a_gpu_say_why():
         assert s["status"].startswith("not measured:")
     assert transfers.transfer_share("Conv2", "small-copies", batch=8)["pieces"] == 8
     assert transfers.transfer_share("Conv2", "overlapped", batch=8, chunks=2)["pieces"] == 2
+
+
+@simulator_only
+def test_measure_without_a_gpu_says_why():
+    rows = transfers.measure(["Conv5"], batch=4, chunks=2, sizes=[4096], repeats=3)
+    assert list(rows) == list(transfers.EXPERIMENTS)
+    assert len(rows["bandwidth"]) == 4  # h2d and d2h, pageable and pinned; nothing recorded
+    assert [list(r) for r in rows["overlap"]] == [list(transfers.OVERLAP_FIELDS)]
+    assert len(rows["share"]) == len(transfers.TRANSFER_STRATEGIES) and rows["timeline"] == []
+    assert all(r["status"].startswith("not measured:") for k in ("bandwidth", "overlap", "share")
+               for r in rows[k])
+    with pytest.raises(ValueError, match="chunks must"):
+        transfers.measure(["Conv5"], batch=4, chunks=5)
 
 
 def _write_reference(directory, name, rows, gpu_name="Test GPU (test fixture, not a measurement)"):
@@ -282,15 +309,20 @@ def _fixture_bandwidth_rows():
 
 
 @simulator_only
-def test_reference_rows_are_read_and_labelled(tmp_path, monkeypatch):
+def test_recorded_rows_are_read_and_labelled(tmp_path, monkeypatch):
+    empty = transfers.recorded("bandwidth", tmp_path)
+    assert not empty and transfers.COMMAND in empty.note
     _write_reference(tmp_path, "transfers_bandwidth_test-gpu", _fixture_bandwidth_rows())
     _write_reference(tmp_path, "other_prefix", _fixture_bandwidth_rows())
-    refs = transfers.reference_rows("bandwidth", tmp_path)
+    rec = transfers.recorded("bandwidth", tmp_path)
+    refs = rec.rows
     assert len(refs) == 2  # the refused row is left out; the other prefix is not read
     assert all(r["source"] == "reference" for r in refs)
     assert refs[0]["device"] == "GPU: Test GPU (test fixture, not a measurement), 2024-01-02"
-    assert transfers.reference_rows("bandwidth", tmp_path, direction="d2h") == []
-    assert transfers.reference_rows("share", tmp_path) == []
+    assert "Test GPU" in rec.note and [ds.name for ds in rec.datasets] == [
+        "transfers_bandwidth_test-gpu"]
+    assert transfers.recorded("bandwidth", tmp_path, direction="d2h").rows == []
+    assert not transfers.recorded("share", tmp_path)
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     rows = transfers.copy_bandwidth([4096], "h2d", True)
     assert [r["source"] for r in rows] == ["none", "reference", "reference"]
@@ -303,7 +335,7 @@ def test_command_line_without_a_gpu(tmp_path, capsys):
     assert transfers.main(["--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "not measured: no CUDA GPU" in out and "ESTIMATE" in out and "Conv5" in out
-    assert "none yet" in out
+    assert "nothing recorded in results/ yet" in out and transfers.COMMAND in out
     assert transfers.main(["--save", "--out", str(tmp_path)]) == 1
     assert "nothing was saved" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
@@ -322,31 +354,31 @@ def test_command_line_argument_errors():
 def test_bandwidth_figure():
     rows = [dict(r, source="reference", device="GPU: Test GPU, 2024-01-02")
             for r in _fixture_bandwidth_rows()]
-    fig = plots.transfer_bandwidth_figure(rows, [("PCIe 3.0 x16 (estimate)", 12e9)])
+    fig = nb08_transfers.transfer_bandwidth_figure(rows, [("PCIe 3.0 x16 (estimate)", 12e9)])
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 2  # one curve (the refused row left out) + the link line
     assert list(fig.data[0].x) == [4096.0, 2.0**20] and "(results/)" in fig.data[0].name
     assert "estimate" in fig.data[1].name and fig.data[1].y[0] == pytest.approx(12.0)
     assert fig.layout.xaxis.type == "log" and "GB/s" in fig.layout.yaxis.title.text
     assert "Test GPU" in fig.layout.title.text
-    empty = plots.transfer_bandwidth_figure(transfers.copy_bandwidth([4096], references=False)
-                                            if backend.MODE != "gpu" else [])
+    empty = nb08_transfers.transfer_bandwidth_figure(
+        transfers.copy_bandwidth([4096], references=False) if backend.MODE != "gpu" else [])
     assert "No copy was measured" in empty.layout.annotations[0].text
 
 
 def test_share_figure_from_the_estimate():
-    rows = transfers.estimate_table()
-    fig = plots.transfer_share_figure(rows, "scenario", note="ESTIMATE")
-    assert len(fig.data) == len(transfers.SCENARIOS)
+    rows = transfer_model.estimate()
+    fig = nb08_transfers.transfer_share_figure(rows, "scenario", note="ESTIMATE")
+    assert len(fig.data) == len(transfer_model.SCENARIOS)
     assert list(fig.data[0].x) == [layer.name for layer in TABLE_I]
     assert fig.data[0].y[1] == pytest.approx(100 * rows[1]["copy_share"])
     assert "ESTIMATE" in fig.layout.title.text
-    assert "No copy share" in plots.transfer_share_figure([]).layout.annotations[0].text
+    assert "No copy share" in nb08_transfers.transfer_share_figure([]).layout.annotations[0].text
 
 
 def test_timeline_figure_from_the_estimate():
-    tl = transfers.estimated_timeline("Conv2", 4, batch=8)
-    fig = plots.overlap_timeline_figure(tl, "Conv2", "ESTIMATE (K40c, PCIe 3.0 x16)")
+    tl = transfer_model.estimated_timeline("Conv2", 4, batch=8)
+    fig = nb08_transfers.overlap_timeline_figure(tl, "Conv2", "ESTIMATE (K40c, PCIe 3.0 x16)")
     assert len(fig.data) == 6  # three stages in each of the two panels
     bars = sum(len(t.x) for t in fig.data)
     assert bars == 3 + 3 * 4
@@ -354,16 +386,18 @@ def test_timeline_figure_from_the_estimate():
     assert seq_compute.base[0] == pytest.approx(tl[1]["start_ms"])
     assert seq_compute.x[0] == pytest.approx(tl[1]["end_ms"] - tl[1]["start_ms"])
     assert "ESTIMATE" in fig.layout.title.text and "ms" in fig.layout.xaxis2.title.text
-    assert "No timeline" in plots.overlap_timeline_figure([], "t", "n").layout.annotations[0].text
+    empty = nb08_transfers.overlap_timeline_figure([], "t", "n")
+    assert "No timeline" in empty.layout.annotations[0].text
 
 
 def test_overlap_times_figure():
     row = {"layer": "Conv1", "b": 8, "sequential_pageable_ms": 3.0, "sequential_pinned_ms": 2.0,
            "overlapped_ms": 1.5, "device": "GPU: Test GPU (fixture)", "status": "ok"}
-    fig = plots.overlap_times_figure([row])
+    fig = nb08_transfers.overlap_times_figure([row])
     assert [t.y[0] for t in fig.data] == [3.0, 2.0, 1.5]
     assert "Test GPU" in fig.layout.title.text
-    empty = plots.overlap_times_figure([dict(row, overlapped_ms=None, status="not measured")])
+    empty = nb08_transfers.overlap_times_figure([dict(row, overlapped_ms=None,
+                                                      status="not measured")])
     assert "No overlap" in empty.layout.annotations[0].text
 
 
@@ -416,13 +450,13 @@ def test_gpu_transfer_share_is_measured(strategy):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
-def test_gpu_command_line_saves_what_reference_rows_reads(tmp_path):
+def test_gpu_command_line_saves_what_recorded_reads(tmp_path):
     assert transfers.main(["--quick", "--batch", "4", "--chunks", "2", "--save",
                            "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.glob("transfers_*.csv"))
     assert len(names) == 4, names
-    for experiment in ("bandwidth", "overlap", "share", "timeline"):
-        refs = transfers.reference_rows(experiment, tmp_path)
+    for experiment in transfers.EXPERIMENTS:
+        refs = transfers.recorded(experiment, tmp_path).rows
         assert refs and all(r["source"] == "reference" for r in refs)
     assert all(math.isfinite(float(r["gb_s"])) for r in
-               transfers.reference_rows("bandwidth", tmp_path))
+               transfers.recorded("bandwidth", tmp_path).rows)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import plots
+from helpers.figures import nb04_unrolling
 from helpers.conv import config_for, unroll
 
 CONFIGS = [
@@ -74,14 +74,14 @@ def _picture(pixel=(3, 4)):
 
 def test_picture_marks_every_copy_of_the_pixel():
     patch, cols, src = _picture()
-    fig = plots.im2col_picture_figure(patch, cols, src, pixel=(3, 4), device="test device")
+    fig = nb04_unrolling.im2col_picture_figure(patch, cols, src, pixel=(3, 4), device="test device")
     marks = [t for t in fig.data if t.type == "scatter"]
     assert len(marks) == 1 and len(marks[0].x) == 9
     for r, c in zip(marks[0].y, marks[0].x):
         assert src[r, c] == 3 * 8 + 4
     assert "test device" in fig.layout.title.text
     assert "appears in 9 columns" in fig.layout.title.text
-    corner = plots.im2col_picture_figure(patch, cols, src, pixel=(0, 0))
+    corner = nb04_unrolling.im2col_picture_figure(patch, cols, src, pixel=(0, 0))
     assert "appears in 4 columns" in corner.layout.title.text
 
 
@@ -93,21 +93,21 @@ def test_picture_rejects_bad_arguments(kwargs, match):
     patch, cols, src = _picture()
     args = dict(pixel=(3, 4)) | kwargs
     with pytest.raises(ValueError, match=match):
-        plots.im2col_picture_figure(patch, cols, src, **args)
+        nb04_unrolling.im2col_picture_figure(patch, cols, src, **args)
     with pytest.raises(ValueError, match="one shape"):
-        plots.im2col_picture_figure(patch, cols[:, :5], src, pixel=(3, 4))
+        nb04_unrolling.im2col_picture_figure(patch, cols[:, :5], src, pixel=(3, 4))
 
 
 def test_memory_figure_has_input_and_buffer_per_batch():
     rows = [{"layer": "Conv1", "b": b, "input_bytes": 2**20 * b, "cols_bytes": 2**21 * b}
             for b in (128, 1)]
-    fig = plots.im2col_memory_figure(rows)
+    fig = nb04_unrolling.im2col_memory_figure(rows)
     assert [t.name for t in fig.data] == ["input x, batch 128", "im2col buffer, batch 128",
                                           "input x, batch 1", "im2col buffer, batch 1"]
     assert fig.data[1].y[0] == pytest.approx(256.0)
     assert fig.layout.yaxis.type == "log"
     with pytest.raises(ValueError):
-        plots.im2col_memory_figure([])
+        nb04_unrolling.im2col_memory_figure([])
 
 
 def _row(layer, strategy, pss, ms, device="CPU: test (2 cores)", **extra):
@@ -122,7 +122,7 @@ def test_layers_figure_names_devices_and_draws_the_analytic_workspace():
             _row("Conv2", "im2col-gemm", "forward+backward", "", ws=2**21),  # not measured
             _row("Conv1", "im2col-gemm", "forward+backward", 0.3, device="GPU: test GPU",
                  ws=2**21, peak=2**21)]
-    fig = plots.unroll_layers_figure(rows, title="t")
+    fig = nb04_unrolling.unroll_layers_figure(rows, title="t")
     assert "CPU: test (2 cores)" in fig.layout.title.text
     assert "GPU: test GPU" in fig.layout.title.text
     names = {t.name for t in fig.data}
@@ -131,13 +131,13 @@ def test_layers_figure_names_devices_and_draws_the_analytic_workspace():
     assert len(diamonds) == 1 and diamonds[0].y[0] == pytest.approx(2.0)
     assert list(fig.data[0].x) == ["Conv1"]  # the unmeasured Conv2 row is left out
     with pytest.raises(ValueError, match="no measured rows"):
-        plots.unroll_layers_figure([_row("Conv1", "reference", "forward", None)])
+        nb04_unrolling.unroll_layers_figure([_row("Conv1", "reference", "forward", None)])
 
 
 def test_phase_figure_stacks_to_100_percent_beside_the_study():
     rows = [{"phase": "im2col", "ms": 1.0, "share": 0.25}, {"phase": "GEMM", "ms": 2.0, "share": 0.5},
             {"phase": "other", "ms": 1.0, "share": 0.25}]
-    fig = plots.unroll_phase_figure([("ours", rows)], device="CPU: test",
+    fig = nb04_unrolling.unroll_phase_figure([("ours", rows)], device="CPU: test",
                                     study=[("Caffe (study, K40c)", 0.87)])
     totals = {}
     for t in fig.data:
@@ -147,4 +147,4 @@ def test_phase_figure_stacks_to_100_percent_beside_the_study():
     assert [t.name for t in fig.data][:3] == ["im2col", "GEMM", "other"]
     assert "CPU: test" in fig.layout.title.text
     with pytest.raises(ValueError):
-        plots.unroll_phase_figure([], device="x")
+        nb04_unrolling.unroll_phase_figure([], device="x")

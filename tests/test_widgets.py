@@ -11,8 +11,9 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from helpers import backend, results
-from helpers import throughput as tp
+from helpers.device import backend
+from helpers import results
+from helpers.experiments import throughput as tp
 from helpers import widgets
 
 SMALL = dict(size_range=(1000, 10000), point_budget_s=0.5, min_run_time=0.005,

@@ -3,14 +3,7 @@
 Every checker in the ``helpers.checks.labN`` modules is built on :func:`check_cases`: it calls
 the learner's function on random cases (odd sizes, batch 1, stride > 1, sizes that are not tile
 multiples), compares with a reference computed independently (NumPy in float64, or torch), and
-returns a :class:`Report`:
-
-* ``passed``: every case matched within tolerance;
-* otherwise the **first failing case**: its description (shapes, stride, padding...), the
-  maximum error and where it is, and the expected vs actual value at that element; an output
-  of the wrong shape or type, or with elements never written (NaN), is named as such;
-* a stub that raises ``NotImplementedError`` reports "not implemented yet" (not a traceback);
-  any other exception in the learner's code is reported readably with its last line.
+returns a :class:`Report`: passed, or the first failing case described so that it can be fixed.
 
 A checker never passes a stub, a function that returns zeros or its input, or one that is right
 only on sizes that are multiples of a tile: the cases are random non-zero data with awkward
@@ -28,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import compiled
+from helpers import compiled
 
 __all__ = ["Report", "Case", "WrongResult", "check_cases", "compare", "random_array",
            "kernel_line", "compiler_check", "COMPILER_TARGET"]
@@ -159,7 +152,18 @@ def _learner_frame(exc: BaseException) -> traceback.FrameSummary:
 
 def check_cases(name: str, fn: Callable, cases: Iterable[Case],
                 hint: str | None = None) -> Report:
-    """Run ``fn`` on every case and report the first failure (see the module docstring).
+    """Run ``fn`` on every case and report the first failure.
+
+    The report says:
+
+    * ``passed``: every case matched within tolerance;
+    * otherwise the **first failing case**: its description (shapes, stride, padding...), the
+      maximum error and where it is, and the expected vs actual value at that element
+      (:func:`compare`); an output of the wrong shape or type, or with elements never written
+      (NaN), is named as such;
+    * a stub that raises ``NotImplementedError`` reports "not implemented yet" (not a
+      traceback); any other exception in the learner's code is reported readably with its last
+      line.
 
     Args:
         name: the check's title. fn: the learner's function. cases: :class:`Case` objects.

@@ -2,37 +2,17 @@
 grid-stride loop.
 
 One checker per TODO of ``labs/lab1_first_kernels.ipynb``, each returning a
-:class:`helpers.checks.Report`:
+:class:`helpers.checks.Report`: :func:`check_relu` (``relu_kernel(x, out)``),
+:func:`check_saxpy` (``saxpy_kernel(a, x, y, out)``), :func:`check_launch_config`
+(``launch_config(n, threads_per_block) -> (blocks, threads)``) and
+:func:`check_relu_grid_stride` (``relu_grid_stride_kernel(x, out)``). Arrays are 1-D float32 of
+n elements; references are NumPy float64. The checkers launch the learner's ``@cuda.jit``
+kernels themselves (on the GPU, or in the Numba CUDA simulator without one; see
+:mod:`helpers.device.backend`), on guarded buffers (:func:`_launch_1d`).
 
-* :func:`check_relu` for the kernel ``relu_kernel(x, out)``: ``out[i] = max(x[i], 0)``, one
-  thread per element;
-* :func:`check_saxpy` for the kernel ``saxpy_kernel(a, x, y, out)``: ``out[i] = a*x[i] + y[i]``;
-* :func:`check_launch_config` for the host function ``launch_config(n, threads_per_block) ->
-  (blocks, threads)``;
-* :func:`check_relu_grid_stride` for the kernel ``relu_grid_stride_kernel(x, out)``: ReLU with a
-  grid-stride loop, correct for any grid.
-
-Arrays are 1-D float32 of n elements. The checkers launch the learner's ``@cuda.jit`` kernel
-themselves (on the GPU, or in the Numba CUDA simulator without one; see
-:mod:`helpers.backend`) with launch configurations chosen to expose the classic mistakes: n not a
-multiple of the block (so the last block has threads past the end), a single partial block, n
-an exact multiple, and, for the grid-stride loop, grids with fewer threads than elements. The
-output starts filled with NaN, so an element no thread wrote shows as NaN. Every array sits at
-the start of a larger buffer, so a thread that goes past the end is caught: in the simulator as
-an out-of-bounds index, on a GPU because it changes the buffer's guard elements (which also
-keeps a stray access inside memory the checker owns). The simulator runs a block's threads
-concurrently, so when several go past the end, which one its message names can change from run
-to run; every other part of a report is deterministic. Every case has positive and negative
-inputs, so neither all zeros nor the input itself can pass; each check launches at most about
-900 threads, a fraction of a second in the simulator. References are NumPy float64.
-
-A kernel whose source still contains ``raise NotImplementedError`` (the lab's stub) reports
-"not implemented yet" without being launched: on a GPU a ``raise`` inside a kernel is not
-propagated to Python.
-
-Source: the CUDA thread hierarchy (grid, block, thread; Li et al., ICPP 2016, Section II-B);
-the grid-stride loop as in NVIDIA's "CUDA Pro Tip: Write Flexible Kernels with Grid-Stride
-Loops" (M. Harris, 2013).
+Source: the CUDA thread hierarchy (grid, block, thread) of NVIDIA's CUDA C Programming Guide,
+which Li et al., ICPP 2016, Section III-A, refer to (their reference [1]); the grid-stride loop
+as in NVIDIA's "CUDA Pro Tip: Write Flexible Kernels with Grid-Stride Loops" (M. Harris, 2013).
 """
 
 from __future__ import annotations
@@ -44,12 +24,18 @@ import textwrap
 import warnings
 
 import numpy as np
-
-from .. import backend  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from numba import cuda  # noqa: E402
 
-from . import (Case, Report, WrongResult, check_cases, compiler_check,  # noqa: E402
-                kernel_line, random_array)
+from helpers.checks import (
+    Case,
+    Report,
+    WrongResult,
+    check_cases,
+    compiler_check,
+    kernel_line,
+    random_array,
+)
+from helpers.device import backend  # noqa: F401  (decides simulator or GPU first)
 
 __all__ = ["check_relu", "check_saxpy", "check_launch_config", "check_relu_grid_stride",
            "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES", "KERNEL_ARGTYPES"]
@@ -64,7 +50,9 @@ KERNEL_ARGTYPES: dict[str, tuple[str, ...]] = {
 
 #: (n, threads_per_block) for the one-thread-per-element kernels, launched with
 #: ``ceil(n / threads_per_block)`` blocks: a partial last block, a grid of one partial block,
-#: an exact multiple (no spare threads), and larger blocks.
+#: an exact multiple (no spare threads), and larger blocks. Every case has positive and negative
+#: inputs, so neither all zeros nor the input itself can pass; a check launches at most about
+#: 900 threads, a fraction of a second in the simulator.
 RELU_LAUNCHES: list[tuple[int, int]] = [(37, 32), (5, 32), (64, 32), (100, 64), (255, 128),
                                         (301, 32)]
 
@@ -121,7 +109,9 @@ def _not_a_kernel(check: str, kernel, name: str) -> Report | None:
 
 
 def _require_kernel(kernel) -> None:
-    """Raise NotImplementedError for the lab's stub (it is never launched)."""
+    """Raise NotImplementedError for the lab's stub (its source still contains
+    ``raise NotImplementedError``), without launching it: on a GPU a ``raise`` inside a kernel
+    is not propagated to Python."""
     if _raises_not_implemented(kernel):
         raise NotImplementedError
 
@@ -133,7 +123,10 @@ def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[n
     Each array is the first n elements of a buffer with ``blocks * threads + 1`` guard elements
     after it: random values after the inputs, NaN after the output. Returns the n elements of
     ``out`` (NaN where never written). Raises :class:`_Wrong` if a thread indexed past the end
-    (simulator) or wrote into the output's guard (GPU).
+    (simulator) or wrote into the output's guard (GPU). The guard also keeps a stray access
+    inside memory the checker owns. The simulator runs a block's threads concurrently, so when
+    several go past the end, which one the message names can change from run to run; every
+    other part of a report is deterministic.
     """
     guard = blocks * threads + 1
     views = []

@@ -1,40 +1,17 @@
 """Checkers for Lab 2: GEMM as a CUDA kernel, naive and tiled in shared memory.
 
 One checker per TODO of ``labs/lab2_tiled_gemm.ipynb``, each returning a
-:class:`helpers.checks.Report`:
-
-* :func:`check_gemm_naive` for the kernel ``gemm_naive_kernel(a, b, c)``: one thread per
-  element of C, ``c[i, j] = sum_k a[i, k] * b[k, j]``;
-* :func:`check_gemm_tiled` for the kernel ``gemm_tiled_kernel(a, b, c)``: the same product with
-  ``TILE x TILE`` tiles of A and B staged in shared memory between two ``cuda.syncthreads()``.
-
+:class:`helpers.checks.Report`: :func:`check_gemm_naive` for ``gemm_naive_kernel(a, b, c)``
+(one thread per element of C) and :func:`check_gemm_tiled` for ``gemm_tiled_kernel(a, b, c)``
+(``TILE x TILE`` tiles of A and B staged in shared memory between two ``cuda.syncthreads()``).
 Shapes: ``a: (M, K)``, ``b: (K, N)``, ``c: (M, N)``, float32. Both kernels are launched by
-:func:`run_gemm` the way :mod:`helpers.gemm` launches its own: blocks of ``(tile, tile)``
-threads, a grid of ``(ceil(N / tile), ceil(M / tile))`` blocks, the **x** axis
-(``cuda.threadIdx.x``, the first value of ``cuda.grid(2)``) along the columns of C (N) and **y**
-along the rows (M).
+:func:`run_gemm` the way :mod:`helpers.conv.gemm` launches its own (x along the columns of C,
+y along the rows), on the cases of :func:`naive_shapes` and :func:`tiled_shapes`: sizes that
+are not tile multiples, and one that is. Data are standard normal; references NumPy float64.
 
-The cases have sizes that are not multiples of the tile, so the last blocks have threads outside
-C and the last tile along K is partial (numba issue #7324: the Numba documentation's kernel lets
-those threads return before the barriers, or skip their loads, and is right only for tile
-multiples); one case is an exact multiple, so a kernel right only there passes it and fails the
-next, which says so. Others have one row (M = 1), K smaller than a tile, and K = 1. C starts
-filled with NaN (an element no thread wrote shows as NaN); A, B and C sit in larger buffers, so
-a thread that goes outside its matrix is caught (an out-of-bounds index in the simulator, a
-write into C's guard elements on a GPU) instead of touching memory the checker does not own.
-(The simulator runs a block's threads concurrently, so when several go out of bounds, which one
-the message names can change from run to run; every other part of a report is deterministic.)
-Data are standard normal (never zeros, and C never equals A); references are NumPy float64.
-With the lab's ``TILE = 8`` a check launches at most a few hundred threads a case and runs in
-a few seconds in the Numba CUDA simulator.
-
-A kernel whose source still contains ``raise NotImplementedError`` (the lab's stub) reports
-"not implemented yet" without being launched (on a GPU a ``raise`` in a kernel is not
-propagated to Python).
-
-Source: Li et al., ICPP 2016, Section II-C (GEMM is most of unrolling's time); the tiled kernel
-is the textbook shared-memory matrix multiply (CUDA C Programming Guide, "Shared Memory";
-Numba's documentation, "CUDA Kernels: matrix multiplication", and numba issue #7324).
+Source: Li et al., ICPP 2016, Section V-A and Figure 4 (GEMM is most of unrolling's time); the
+tiled kernel is the textbook shared-memory matrix multiply (CUDA C Programming Guide, "Shared
+Memory"; Numba's documentation, "CUDA Kernels: matrix multiplication", and numba issue #7324).
 """
 
 from __future__ import annotations
@@ -46,12 +23,19 @@ import textwrap
 import warnings
 
 import numpy as np
-
-from .. import backend
 from numba import cuda  # noqa: E402
 
-from . import (Case, Report, WrongResult, check_cases, compare,  # noqa: E402
-                compiler_check, kernel_line, random_array)
+from helpers.checks import (
+    Case,
+    Report,
+    WrongResult,
+    check_cases,
+    compare,
+    compiler_check,
+    kernel_line,
+    random_array,
+)
+from helpers.device import backend
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes",
@@ -79,6 +63,13 @@ def naive_shapes() -> list[tuple[int, int, int]]:
 
 def tiled_shapes(tile: int) -> list[tuple[int, int, int]]:
     """(M, K, N) of the tiled kernel's cases for a tile edge ``tile`` (>= 4).
+
+    The last blocks have threads outside C and the last tile along K is partial, which
+    numba issue #7324 is about: the Numba documentation's kernel lets those threads return
+    before the barriers, or skip their loads, and is right only for tile multiples. Case 1 is
+    an exact multiple, so such a kernel passes it and fails the next, which says so. With the
+    lab's ``TILE = 8`` a case launches at most a few hundred threads, and a check runs in a few
+    seconds in the Numba CUDA simulator.
 
     1. (2T, 2T, T): every size a multiple of the tile (a kernel right only there passes);
     2. (T+3, 2T+1, T+5): partial blocks at the bottom and right, the last K tile has 1 column;
@@ -165,7 +156,13 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
     Blocks of ``(tile, tile)`` threads, a grid of ``(ceil(N / tile), ceil(M / tile))`` blocks:
     x along the columns of C, y along the rows (``swap_axes=True`` swaps the grid's two numbers,
     for a kernel that puts x along the rows). A, B and C are views into larger buffers (A and B
-    padded with random data, C with NaN) and C starts as NaN, so an unwritten element is NaN.
+    padded with random data, C with NaN) and C starts as NaN, so an unwritten element is NaN,
+    and a thread that goes outside its matrix is caught (an out-of-bounds index in the
+    simulator, a write into C's guard elements on a GPU) instead of touching memory the
+    checker does not own. The simulator runs a block's threads concurrently, so when several
+    go out of bounds, which one the message names can change from run to run; every other part
+    of a report is deterministic. The lab's stub is not launched (on a GPU a ``raise`` in a
+    kernel is not propagated to Python).
 
     Args:
         kernel: a ``@cuda.jit`` kernel taking ``(a, b, c)``.

@@ -1,33 +1,18 @@
 """Checkers for Lab 3: im2col, convolution as one GEMM, and col2im for the backward pass.
 
-Shapes use the cuDNN paper's symbols: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``,
-output ``y: (N, K, P, Q)`` with ``P = (H + 2*padding - R) // stride + 1`` (likewise Q);
-``stride`` and ``padding`` are ints (the same along both axes); cross-correlation, as
-``torch.nn.functional.conv2d``. The unrolled matrix is ``cols: (C*R*S, N*P*Q)``: row
-``(c*R + r)*S + s``, column ``(n*P + p)*Q + q`` holds ``x[n, c, p*stride + r - padding,
-q*stride + s - padding]``, or 0 where that lies in the zero padding.
-
 One checker per TODO of ``labs/lab3_im2col.ipynb``, each returning a
-:class:`helpers.checks.Report`:
+:class:`helpers.checks.Report`: :func:`check_im2col`, :func:`check_conv2d_im2col`,
+:func:`check_col2im` and :func:`check_conv2d_backward_dx` (each docstring gives the signature).
 
-* :func:`check_im2col` for ``im2col(x, r, s, stride, padding) -> cols``;
-* :func:`check_conv2d_im2col` for ``conv2d_im2col(x, w, stride, padding) -> y``;
-* :func:`check_col2im` for ``col2im(dcols, x_shape, r, s, stride, padding) -> dx``;
-* :func:`check_conv2d_backward_dx` for ``conv2d_backward_dx(dy, w, x_shape, stride, padding)
-  -> dx``.
+Shapes use the cuDNN paper's symbols: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``,
+output ``y: (N, K, P, Q)`` with ``P = (H + 2*padding - R) // stride + 1`` (likewise Q), the
+unrolled matrix ``cols: (C*R*S, N*P*Q)``; ``stride`` and ``padding`` are ints (the same along
+both axes); cross-correlation, as ``torch.nn.functional.conv2d``. The learner's functions take
+and return NumPy float32 arrays (a Numba device array or a torch tensor is accepted as a result
+too). The cases are :data:`CONFIGS` (see :func:`_cases`); the references are torch's, in float64.
 
-The learner's functions take and return NumPy float32 arrays (a Numba device array or a torch
-tensor is accepted as a result too). Every case is small (at most about 1,200 CUDA threads),
-so a check runs in about a second in the Numba CUDA simulator. The cases (fixed seeds, so a
-report is the same on every run) include batch 1, odd and rectangular sizes, rectangular
-kernels, stride 2 and 3 (a stride larger than the kernel, which leaves input elements no
-window reads), zero padding 1 and 2, and thread counts that are not multiples of a block.
-The references are computed independently in float64 by torch (``unfold``, ``fold``,
-``conv2d`` and ``conv_transpose2d``); each is checked to differ from all zeros and from the
-function's input, so neither can pass.
-
-Source: Li et al., ICPP 2016, Section II-C (unrolling: Caffe, Torch-cunn, Theano-CorrMM,
-cuDNN) and Figure 4 (im2col, GEMM, col2im).
+Source: Li et al., ICPP 2016, Section II-B (unrolling: Caffe, Torch-cunn, Theano-CorrMM,
+cuDNN), Section V-A and Figure 4 (im2col, GEMM, col2im).
 """
 
 from __future__ import annotations
@@ -36,7 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import Case, Report, check_cases, random_array
+from helpers.checks import Case, Report, check_cases, random_array
+from helpers.conv.check import reference
 
 __all__ = ["CONFIGS", "check_im2col", "check_conv2d_im2col", "check_col2im",
            "check_conv2d_backward_dx"]
@@ -94,6 +80,17 @@ def _distinct(expected: np.ndarray, *inputs: np.ndarray) -> None:
 
 
 def _cases(kind: str) -> list[Case]:
+    """The cases of one checker (``kind``: im2col, conv, col2im or dx), one per :data:`CONFIGS`.
+
+    Fixed seeds, so a report is the same on every run. The configurations include batch 1, odd
+    and rectangular sizes, rectangular kernels, stride 2 and 3 (a stride larger than the kernel
+    leaves input elements no window reads), zero padding 1 and 2, and thread counts that are not
+    multiples of a block. Every case is small (at most about 1,200 CUDA threads), so a check
+    runs in about a second in the Numba CUDA simulator. The references are computed
+    independently in float64 by torch (``unfold``, ``fold``, ``conv2d`` and
+    ``conv_transpose2d``); each is checked to differ from all zeros and from the function's
+    input, so neither can pass.
+    """
     rng = np.random.default_rng({"im2col": 3, "conv": 4, "col2im": 5, "dx": 6}[kind])
     cases = []
     for x_shape, (k, r, s), stride, padding in CONFIGS:
@@ -107,7 +104,7 @@ def _cases(kind: str) -> list[Case]:
                               rtol=1e-6, kwargs={"stride": stride, "padding": padding}))
         elif kind == "conv":
             x, wt = random_array(rng, x_shape), random_array(rng, (k, c, r, s))
-            expected = F.conv2d(_t(x), _t(wt), stride=stride, padding=padding).numpy()
+            expected = reference(x, wt, stride, padding)
             _distinct(expected, x, wt)
             cases.append(Case((x, wt), expected, _describe(x_shape, r, s, stride, padding, k),
                               kwargs={"stride": stride, "padding": padding}))

@@ -1,30 +1,18 @@
 """Checkers for Lab 4: convolution by FFT, and its cost against direct convolution.
 
+One checker per TODO of ``labs/lab4_fft_convolution.ipynb``, each returning a
+:class:`helpers.checks.Report`: :func:`check_fft_correlate_plane` (one plane ``x: (H, W)``, one
+filter ``w: (R, S)``), :func:`check_fft_conv2d` (whole NCHW batches) and
+:func:`check_conv_flops` (the cost model of :data:`FLOP_MODEL`).
+
 Shapes use the cuDNN paper's symbols: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``,
 output ``y: (N, K, P, Q)``, stride 1, zero padding ``padding`` (an int, both axes):
 ``P = H + 2*padding - R + 1``, ``Q = W + 2*padding - S + 1``. Cross-correlation, as
 ``torch.nn.functional.conv2d`` computes it:
 ``y[n, k, p, q] = sum_{c, r, s} x_padded[n, c, p + r, q + s] * w[k, c, r, s]``.
 
-One checker per TODO of ``labs/lab4_fft_convolution.ipynb``, each returning a
-:class:`helpers.checks.Report`:
-
-* :func:`check_fft_correlate_plane` for ``fft_correlate_plane(x, w, padding) -> y``: one
-  plane ``x: (H, W)`` and one filter ``w: (R, S)``, ``y: (P, Q)``;
-* :func:`check_fft_conv2d` for ``fft_conv2d(x, w, padding) -> y`` on whole NCHW batches;
-* :func:`check_conv_flops` for ``conv_flops(x_shape, w_shape, padding) -> (direct, fft)``,
-  the cost model of :data:`FLOP_MODEL`.
-
-The cases (fixed seeds) use odd, even and rectangular sizes, rectangular kernels, a kernel as
-large as the padded input (a 1 x 1 output), a 1 x 1 kernel, batch 1, and padding 0, 1 and 2;
-the references are torch's ``conv2d`` in float64 (independent of any FFT) and the FLOP model
-evaluated here. The tolerance is 1e-4 of the largest output: float32 transforms spread their
-round-off over the plane (about 1e-6 relative), far below it, while every planted mistake
-(no conjugate, an FFT size so small that the borders wrap around, a wrong crop, the inverse
-transform's size left out so only even sizes come out right) is off by order 1.
-
-Source: Li et al., ICPP 2016, Section II-C (FFT-based convolution: fbfft, Theano-fft) and
-Figure 4 (FFT, transpose, Cgemm, inverse FFT).
+Source: Li et al., ICPP 2016, Section II-B (FFT-based convolution: fbfft, Theano-fft), Section
+V-A and Figure 4 (FFT, transpose, Cgemm, inverse FFT).
 """
 
 from __future__ import annotations
@@ -32,10 +20,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from . import Case, Report, check_cases, random_array
+from helpers.checks import Case, Report, check_cases, random_array
+from helpers.conv.check import reference
 
 __all__ = ["PLANE_CASES", "CONV_CASES", "FLOP_MODEL", "model_flops", "check_fft_correlate_plane",
            "check_fft_conv2d", "check_conv_flops"]
@@ -81,7 +68,8 @@ def model_flops(x_shape, w_shape, padding: int = 0) -> tuple[int, float]:
     Returns:
         (direct flops as an int, FFT flops as a float), stride 1.
 
-    Source: study Section II-C; the Cooley-Tukey estimate 5 M log2 M for a complex FFT.
+    Source: study Section II-B (FFT's lower computational complexity); the Cooley-Tukey
+    estimate 5 M log2 M for a complex FFT.
     """
     n, c, h, w = x_shape
     k, _, r, s = w_shape
@@ -92,9 +80,6 @@ def model_flops(x_shape, w_shape, padding: int = 0) -> tuple[int, float]:
     products = 8 * n * k * c * hf * (wf // 2 + 1)
     return 2 * n * k * p * q * c * r * s, transforms + products
 
-
-def _t(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(a, dtype=np.float64))
 
 
 def _distinct(expected: np.ndarray, *inputs: np.ndarray) -> None:
@@ -115,7 +100,7 @@ def _plane_cases() -> list[Case]:
     cases = []
     for (h, w), (r, s), padding in PLANE_CASES:
         x, wt = random_array(rng, (h, w)), random_array(rng, (r, s))
-        expected = F.conv2d(_t(x)[None, None], _t(wt)[None, None], padding=padding)[0, 0].numpy()
+        expected = reference(x[None, None], wt[None, None], padding=padding)[0, 0]
         _distinct(expected, x, wt)
         cases.append(Case((x, wt), expected,
                           f"x (H, W) = {(h, w)}, w (R, S) = {(r, s)}, padding {padding} "
@@ -128,7 +113,7 @@ def _conv_cases() -> list[Case]:
     cases = []
     for (n, c, h, w), (k, r, s), padding in CONV_CASES:
         x, wt = random_array(rng, (n, c, h, w)), random_array(rng, (k, c, r, s))
-        expected = F.conv2d(_t(x), _t(wt), padding=padding).numpy()
+        expected = reference(x, wt, padding=padding)
         _distinct(expected, x, wt)
         cases.append(Case((x, wt), expected,
                           f"x (N, C, H, W) = {(n, c, h, w)}, w (K, C, R, S) = {(k, c, r, s)}, "
@@ -161,7 +146,15 @@ def check_fft_correlate_plane(fn) -> Report:
             (H + 2*padding - R + 1, W + 2*padding - S + 1), as NumPy array or torch tensor.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-4); never raises for what ``fn`` does.
+        A :class:`Report`; never raises for what ``fn`` does. The cases (:data:`PLANE_CASES`,
+        fixed seeds) use odd, even and rectangular sizes, rectangular kernels, a kernel as
+        large as the padded input (a 1 x 1 output), a 1 x 1 kernel and padding 0, 1 and 2; the
+        reference, torch's ``conv2d`` in float64, is independent of any FFT. The tolerance is
+        1e-4 of the largest output (the same for :func:`check_fft_conv2d`): float32 transforms
+        spread their round-off over the plane, but it stays orders of magnitude below that,
+        while every planted mistake (no conjugate, an FFT size so small that the borders wrap
+        around, a wrong crop, the inverse transform's size left out so only even sizes come out
+        right) is off by order 1.
     """
     return check_cases(
         "Lab 4, TODO 1: cross-correlation of one plane by FFT", fn, _plane_cases(),
@@ -181,7 +174,9 @@ def check_fft_conv2d(fn) -> Report:
             (N, K, P, Q), as NumPy array or torch tensor.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-4); never raises for what ``fn`` does.
+        A :class:`Report` (relative tolerance 1e-4) over :data:`CONV_CASES` (batch 1, one
+        channel, rectangular and 1 x 1 kernels, a filter as large as the input); never raises
+        for what ``fn`` does.
     """
     return check_cases(
         "Lab 4, TODO 2: a whole convolution layer by FFT", fn, _conv_cases(),

@@ -3,13 +3,34 @@
 The learner writes ``pick(rows, budget_bytes) -> str | None``, the decision at the heart of an
 autotuner such as cuDNN's benchmark mode (``torch.backends.cudnn.benchmark = True``): time
 every algorithm on the layer, then use the fastest whose workspace fits the memory the
-framework allows. ``rows`` are dicts shaped like those of :func:`helpers.sweep.measure`; the
-keys ``pick`` reads are ``strategy`` (str), ``median_ms`` (float, or None when nothing was
-timed), ``workspace_bytes`` (int bytes, or None when not known in advance) and ``status``
-(``"ok"``, or the reason the strategy was not measured or failed).
+framework allows. ``rows`` are dicts shaped like those of
+:func:`helpers.experiments.sweep.measure`; the keys ``pick`` reads are ``strategy`` (str),
+``median_ms`` (float, or None when nothing was timed), ``workspace_bytes`` (int bytes, or None
+when not known in advance) and ``status`` (``"ok"``, or the reason the strategy was not
+measured or failed). :func:`check_pick` applies :data:`RULES` (also in the lab) to the cases of
+:func:`pick_cases`.
 
-**The rules** (:data:`RULES`, also in the lab):
+Source: cuDNN's ``cudnnFindConvolutionForwardAlgorithm`` (times every algorithm and reports
+each one's workspace) behind ``torch.backends.cudnn.benchmark``; Li et al., ICPP 2016,
+Sections IV-B, V-B and VI (no implementation wins everywhere: speed is traded against memory).
+"""
 
+from __future__ import annotations
+
+import copy
+import dataclasses
+import traceback
+
+import numpy as np
+
+from helpers.checks import Report
+
+__all__ = ["RULES", "PickCase", "pick_cases", "reference_pick", "check_pick"]
+
+MIB = 2**20
+
+#: The rules :func:`check_pick` applies, word for word as the lab states them.
+RULES = """\
 1. A row is a candidate only if its ``status`` is exactly ``"ok"``, it has a ``median_ms``,
    and its ``workspace_bytes`` is known and at most ``budget_bytes`` (equal fits). A row with
    ``workspace_bytes`` None (torch's own convolution: its workspace is the library's choice)
@@ -21,34 +42,7 @@ timed), ``workspace_bytes`` (int bytes, or None when not known in advance) and `
    over raising ``ValueError`` because "no strategy fits" is an answer an autotuner must act
    on (fall back to a smaller batch, or to the direct strategy with no workspace), not a
    mistake in the call; the caller tests ``if choice is None``.
-5. ``rows`` must not be modified (sort a copy).
-
-:func:`check_pick` runs ``pick`` on synthetic rows (deterministic, no measurement), each case
-built to catch one mistake: the budget ignored, the slowest picked, a refused or failed row
-picked, the budget compared with ``<`` instead of ``<=``, the first fitting row taken
-(right only when the rows happen to be sorted), ties broken the wrong way.
-
-Source: cuDNN's ``cudnnFindConvolutionForwardAlgorithm`` (times every algorithm and reports
-each one's workspace) behind ``torch.backends.cudnn.benchmark``; Li et al., ICPP 2016,
-Section V (no implementation wins everywhere: speed is traded against memory).
-"""
-
-from __future__ import annotations
-
-import copy
-import dataclasses
-import traceback
-
-import numpy as np
-
-from . import Report
-
-__all__ = ["RULES", "PickCase", "pick_cases", "reference_pick", "check_pick"]
-
-MIB = 2**20
-
-RULES = __doc__.split("**The rules** (:data:`RULES`, also in the lab):")[1].split(
-    ":func:`check_pick`")[0].strip()
+5. ``rows`` must not be modified (sort a copy)."""
 
 
 @dataclasses.dataclass
@@ -116,7 +110,12 @@ def _shuffled_case() -> PickCase:
 
 
 def pick_cases() -> list[PickCase]:
-    """The checked cases, in order (deterministic)."""
+    """The checked cases, in order (deterministic synthetic rows, no measurement).
+
+    Each case is built to catch one mistake: the budget ignored, the slowest picked, a refused
+    or failed row picked, the budget compared with ``<`` instead of ``<=``, the first fitting
+    row taken (right only when the rows happen to be sorted), ties broken the wrong way.
+    """
     cases = [
         PickCase("three strategies, all within the budget", [
             _row("direct-naive", 5.0, 0), _row("fft", 2.0, 9 * MIB),
@@ -169,7 +168,7 @@ def _table(rows: list[dict], budget_bytes: int) -> str:
 
 
 def check_pick(fn) -> Report:
-    """Check ``fn(rows, budget_bytes) -> str | None`` against the rules in the module docstring.
+    """Check ``fn(rows, budget_bytes) -> str | None`` against :data:`RULES`.
 
     Args:
         fn: the learner's ``pick``. ``rows``: a list of dicts (a fresh copy per case);

@@ -6,17 +6,13 @@
 Shapes (cuDNN paper symbols): ``x: (N, C, H, W)``, ``w: (K, C, R, S)``, ``y, dy: (N, K, P, Q)``
 with ``P = (H + 2*pad_h - R) // stride_h + 1`` (likewise Q); float32 (other float dtypes are
 converted); cross-correlation, as ``torch.nn.functional.conv2d``. ``stride`` and ``padding``
-are ints or (h, w) pairs.
-
-Inputs are NumPy arrays or torch tensors; results are of the same kind as ``x`` (NumPy in,
-NumPy out; a tensor in, a tensor on x's device out). ``device`` is ``"cpu"`` or ``"cuda"``
-(default: ``"cuda"`` for a CUDA tensor, else ``"cpu"``). ``"cuda"`` runs the CUDA kernels on
-the GPU or, without one, in the Numba CUDA simulator (torch-based steps then run on the CPU).
+are ints or (h, w) pairs. Inputs are NumPy arrays or torch tensors; results are of the same
+kind as ``x``; ``device`` picks ``"cpu"`` or ``"cuda"`` (see :func:`conv2d`).
 
 :data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
 ``unrolling``, ``fft``, ``library``), what it supports, its FLOPs and its analytic workspace.
 
-Source: Li et al., ICPP 2016, Section II-C (the three strategies) and Figures 3-5.
+Source: Li et al., ICPP 2016, Section II-B (the three strategies) and Figures 3-5.
 """
 
 from __future__ import annotations
@@ -27,10 +23,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .. import backend
-from . import direct, reference, unroll
-from ._arrays import cuda_device, to_torch
-from .config import ConvConfig
+from helpers.conv import direct, fft, reference, unroll
+from helpers.conv.config import ConvConfig
+from helpers.device import backend, memory
+from helpers.device.arrays import cuda_device, to_torch
 
 __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",
            "simulator_refusal", "SIMULATOR_MAX_MACS", "memory_report"]
@@ -105,7 +101,6 @@ def _direct_backward(x, w, dy, cfg, device):
 
 
 def _fft_module():
-    from . import fft
 
     return fft
 
@@ -146,7 +141,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "im2col-tiled", "unrolling",
             "im2col and col2im as in im2col-gemm, with the GEMMs done by our own shared-memory "
-            "tiled kernel from helpers.gemm instead of cuBLAS.",
+            "tiled kernel from helpers.conv.gemm instead of cuBLAS.",
             ("cuda",),
             lambda x, w, cfg, d: unroll.forward(x, w, cfg, d, gemm="tiled"),
             lambda x, w, dy, cfg, d: unroll.backward(x, w, dy, cfg, d, gemm="tiled"),
@@ -250,10 +245,13 @@ def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str |
         stride: int or (h, w) pair, each >= 1.
         padding: int or (h, w) pair of zero padding, each >= 0.
         strategy: a key of :data:`STRATEGIES`.
-        device: ``"cpu"`` or ``"cuda"`` (see the module docstring).
+        device: ``"cpu"`` or ``"cuda"``; default ``"cuda"`` for a CUDA tensor, else
+            ``"cpu"``. ``"cuda"`` runs the CUDA kernels on the GPU or, without one, in the
+            Numba CUDA simulator (torch-based steps then run on the CPU).
 
     Returns:
-        y (N, K, P, Q) float32, NumPy if x is NumPy, else a tensor on x's device.
+        y (N, K, P, Q) float32 (other float dtypes are converted), of the same kind as x:
+        NumPy if x is NumPy, else a tensor on x's device.
 
     Raises:
         ValueError: non-4-D arrays, channel mismatch, an empty dimension, kernel larger than the
@@ -300,13 +298,12 @@ def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: 
         ``workspace_bytes`` (analytic; None if unknown), ``output_bytes`` (y, or dx + dw),
         ``peak_bytes`` (measured above the baseline) and ``method`` (how it was measured).
         On the CPU the peak is the growth of the process's resident memory (unused allocator
-        memory is handed back to the system first, :mod:`helpers.memory`); it includes the
+        memory is handed back to the system first, :mod:`helpers.device.memory`); it includes the
         outputs and short-lived copies, so read it beside the analytic workspace.
 
     Raises:
         ValueError: as :func:`conv2d`.
     """
-    from .. import memory
 
     cfg = config_for(x_shape, w_shape, stride, padding)
     strat = STRATEGIES.get(strategy)

@@ -37,7 +37,9 @@ def pair(value, name: str, minimum: int) -> tuple[int, int]:
 class ConvConfig:
     """One convolution's sizes (all ints): N, C, H, W, K, R, S, strides and paddings.
 
-    Build it with :meth:`from_shapes`, which validates; ``P`` and ``Q`` are derived.
+    The workbook's only layer-shape type. Build it with :meth:`from_shapes` (cuDNN symbols) or
+    :meth:`from_study` (the study's (b, i, f, k, s)), which validate; ``P`` and ``Q`` are
+    derived. ``name`` labels a layer (e.g. ``"Conv1"`` of Table I) and is not compared.
     """
 
     n: int
@@ -51,6 +53,7 @@ class ConvConfig:
     stride_w: int = 1
     pad_h: int = 0
     pad_w: int = 0
+    name: str = dataclasses.field(default="", compare=False)
 
     @property
     def p(self) -> int:
@@ -78,6 +81,36 @@ class ConvConfig:
     def flops(self) -> int:
         """Forward FLOPs, multiply-adds x 2: 2 * N * K * P * Q * C * R * S."""
         return 2 * self.n * self.k * self.p * self.q * self.c * self.r * self.s
+
+    @property
+    def study(self) -> tuple[int, int, int, int, int]:
+        """The study's (b, i, f, k, s) = (N, H, K, R, stride_h): batch, input size, filters,
+        kernel size, stride (the study's layers are square: H = W, R = S)."""
+        return (self.n, self.h, self.k, self.r, self.stride_h)
+
+    def with_batch(self, n: int) -> "ConvConfig":
+        """The same layer with batch N = ``n``.
+
+        Raises:
+            ValueError: n < 1.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"batch n must be an integer >= 1, got {n!r}")
+        return dataclasses.replace(self, n=n)
+
+    @classmethod
+    def from_study(cls, b: int, i: int, f: int, k: int, s: int, c: int = 1, padding: int = 0,
+                   name: str = "") -> "ConvConfig":
+        """A square layer in the study's symbols: batch ``b``, input ``i`` x ``i`` with ``c``
+        channels, ``f`` filters of ``k`` x ``k``, stride ``s``, zero ``padding``.
+
+        Source: Li et al., ICPP 2016, Section IV-B (the 5-tuple (b, i, f, k, s)) and Table I.
+
+        Raises:
+            ValueError: as :meth:`from_shapes`.
+        """
+        cfg = cls.from_shapes((b, c, i, i), (f, c, k, k), s, padding)
+        return dataclasses.replace(cfg, name=name) if name else cfg
 
     @classmethod
     def from_shapes(cls, x_shape, w_shape, stride=1, padding=0) -> "ConvConfig":

@@ -1,6 +1,6 @@
 """Direct convolution: slide the filter over the input, a dot product at every output position.
 
-The study's first strategy (cuda-convnet2, its Section II-C). CPU: Numba ``njit(parallel=True)``
+The study's first strategy (cuda-convnet2, its Section II-B). CPU: Numba ``njit(parallel=True)``
 loops over (image, filter) pairs. CUDA ``direct-naive``: one thread per output element
 ``y[n, k, p, q]``, reading its C x R x S window from global memory. CUDA ``direct-tiled``: a
 block computes a ``TILE x TILE`` tile of one output plane; per channel it copies the input
@@ -12,7 +12,7 @@ gathering every (k, r, s) that reads it (no atomics), ``dw`` by one thread per f
 ``python -m helpers.kernels`` shows each kernel's registers and occupancy.
 
 Shapes (cuDNN paper): x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32 tensors from
-:mod:`helpers.conv._arrays` (zero-copy views handed to the kernels).
+:mod:`helpers.device.arrays` (zero-copy views handed to the kernels).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ import numpy as np
 import torch
 from numba import cuda, float32, njit, prange
 
-from .. import occupancy
-from ._arrays import cuda_device, kernel_array, poisoned
-from .config import ConvConfig
-from .phases import phase
+from helpers.conv.config import ConvConfig
+from helpers.conv.phases import phase
+from helpers.device.arrays import cuda_device, grid_for, grid_refusal, kernel_array, poisoned
 
 __all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "THREADS", "forward_cpu", "backward_cpu",
            "forward_naive", "forward_tiled", "backward_cuda", "naive_supports", "tiled_supports",
@@ -266,21 +265,22 @@ def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
 
 
 def _tiled_grid(cfg: ConvConfig) -> tuple[int, int, int]:
-    return (math.ceil(cfg.p / TILE) * math.ceil(cfg.q / TILE), cfg.k, cfg.n)
+    """(tiles of the P x Q output, K, N): one block a TILE x TILE output tile of one filter."""
+    return (math.prod(grid_for((cfg.p, cfg.q), (TILE, TILE))), cfg.k, cfg.n)
 
 
 def _naive_grids(cfg: ConvConfig) -> dict[str, int]:
     """Blocks of each 1-D launch (128 threads a block): y, dx and dw."""
-    return {"direct_naive_kernel": math.ceil(math.prod(cfg.y_shape) / THREADS),
-            "direct_dx_kernel": math.ceil(math.prod(cfg.x_shape) / THREADS),
-            "direct_dw_kernel": math.ceil(math.prod(cfg.w_shape) / THREADS)}
+    return {"direct_naive_kernel": grid_for(math.prod(cfg.y_shape), THREADS),
+            "direct_dx_kernel": grid_for(math.prod(cfg.x_shape), THREADS),
+            "direct_dw_kernel": grid_for(math.prod(cfg.w_shape), THREADS)}
 
 
 def naive_supports(cfg: ConvConfig) -> str | None:
     """None if every 1-D launch of ``direct-naive`` (and of the backward kernels both direct
     strategies share) fits the CUDA grid limits, else the reason."""
     for name, blocks in _naive_grids(cfg).items():
-        reason = occupancy.grid_refusal(blocks, name)
+        reason = grid_refusal(blocks, name)
         if reason:
             return reason
     return None
@@ -296,7 +296,7 @@ def tiled_supports(cfg: ConvConfig) -> str | None:
     if cfg.stride_h > MAX_STRIDE or cfg.stride_w > MAX_STRIDE:
         return (f"direct-tiled sizes its shared input tile for strides up to {MAX_STRIDE}; "
                 f"this stride is {cfg.stride_h, cfg.stride_w}")
-    reason = occupancy.grid_refusal(_tiled_grid(cfg), "direct_tiled_kernel (grid: tiles, K, N)")
+    reason = grid_refusal(_tiled_grid(cfg), "direct_tiled_kernel (grid: tiles, K, N)")
     return reason or naive_supports(cfg)
 
 
@@ -379,7 +379,7 @@ def window_reads(cfg: ConvConfig, n: int, k: int, p: int, q: int) -> list[tuple[
     Raises:
         ValueError: an index outside ``y``'s shape (N, K, P, Q), naming it and its range.
 
-    Source: Li et al., ICPP 2016, Section II-C (direct convolution: a dot product of the filter
+    Source: Li et al., ICPP 2016, Section II-B (direct convolution: a dot product of the filter
     with each local patch).
     """
     for name, v, hi_ in (("n", n, cfg.n), ("k", k, cfg.k), ("p", p, cfg.p), ("q", q, cfg.q)):
@@ -459,7 +459,7 @@ def tile_traffic(r: int, s: int, stride: int = 1, tile: int = TILE) -> TileTraff
     Raises:
         ValueError: any argument < 1, naming it.
 
-    Source: the study's Section II-C (direct convolution, cuda-convnet2) and its Table II /
+    Source: the study's Section II-B (direct convolution, cuda-convnet2) and its Table II /
     Figure 6 (low global load efficiency); the tiling is the standard shared-memory idiom.
     """
     for name, v in (("r", r), ("s", s), ("stride", stride), ("tile", tile)):

@@ -1,96 +1,18 @@
 """FFT convolution: transform, multiply-accumulate over channels per frequency, transform back.
 
-The study's third strategy (fbfft and Theano-fft in its Section II-C). By the convolution
-theorem a convolution in space is a pointwise product in frequency, so the R x S sliding window
-disappears: every filter tap costs the same, whatever the kernel size.
+The study's third strategy (fbfft and Theano-fft, its Section II-B); notebook 05 teaches it.
+:func:`forward` pads the input to the FFT size ``Hf x Wf`` (:func:`fft_size`), takes ``rfft2``
+of the N*C input and K*C filter planes, multiplies ``X: (F, N, C)`` by ``conj(W)`` at each of
+the ``F = Hf*(Wf//2 + 1)`` frequencies (one batched complex GEMM, the Cgemm), inverts the N*K
+output planes and crops to ``(N, K, P, Q)`` (cross-correlation, as torch's ``conv2d``): the
+phases the study times for fbfft (Section V-A, Figure 4). :func:`backward` gives dx and dw with
+two more Cgemms; a stride > 1 costs the full stride-1 work (:data:`STRIDE_NOTE`).
 
-Forward, ``y = x (*) w`` (cross-correlation, as ``torch.nn.functional.conv2d``), in steps:
-
-1. **Pad.** Zero-pad each input plane by the padding, and on to the FFT size ``Hf x Wf``
-   (:func:`fft_size`): ``xp: (N, C, Hf, Wf)``. The filters are zero-padded to the same size.
-2. **FFT.** ``rfft2`` of the input planes and of the filter planes: ``N*C + K*C`` real-to-complex
-   transforms, each giving ``Hf x (Wf//2 + 1)`` complex64 coefficients (a real signal's
-   spectrum is Hermitian-symmetric, so half of the last axis is enough). A padded filter is
-   zeros except for its R x S taps, so its transform is *pruned*: a DFT of the taps alone,
-   as two small matrix products (:func:`_filter_spectrum`), giving the same coefficients
-   without transforming the zeros. With many small filters (K*C of them, 3 x 3 each) this
-   is most of the forward pass's work.
-3. **Transpose** to frequency-major layout: ``X: (F, N, C)``, ``W: (F, C, K)`` with
-   ``F = Hf * (Wf//2 + 1)`` frequencies.
-4. **Cgemm.** At every frequency the channel sum is a small complex matrix product:
-   ``Y[f, n, k] = sum_c X[f, n, c] * conj(W[f, c, k])``, one batched complex GEMM over ``F``.
-   The complex conjugate turns the theorem's convolution into cross-correlation (it is the
-   spectrum of the flipped filter).
-5. **Inverse FFT.** Transpose back and ``irfft2``: ``N*K`` complex-to-real transforms, giving
-   the circular cross-correlation ``(N, K, Hf, Wf)``.
-6. **Crop** to the valid ``(Hp - R + 1) x (Wp - S + 1)`` corner (``Hp = H + 2*pad_h``,
-   ``Wp = W + 2*pad_w``), and for stride > 1 keep every ``stride``-th row and column
-   (:data:`STRIDE_NOTE`).
-
-These are exactly the phases the study times for fbfft in its Figure 4: FFT, transpose, Cgemm,
-inverse FFT.
-
-Backward, in the frequency domain with the same FFT size (for stride > 1 the output gradient
-is first scattered into a zero stride-1 grid, "dilated", so the stride-1 formulas apply):
-
-* ``dw[k, c] = sum_n xp[n, c] (star) dy[n, k]``: cross-correlation of the padded input with
-  the output gradient, ``dW[f, k, c] = sum_n conj(dY[f, n, k]) * X[f, n, c]`` (a Cgemm
-  reducing over the batch), inverse FFT, keep the first ``R x S`` (a pruned inverse that
-  computes those R x S points only, :func:`_filter_gradient`).
-* ``dx = sum_k dy[n, k] (*) w[k, c]``: the *full* convolution of the output gradient with the
-  filters, ``dX[f, n, c] = sum_k dY[f, n, k] * W[f, k, c]`` (a Cgemm reducing over filters),
-  inverse FFT, crop away the padding.
-
-**Why the padded input size is a large enough FFT.** A DFT of size ``Hf`` computes *circular*
-correlation: indices wrap modulo ``Hf``. With ``Hp = H + 2*pad_h`` (the padded height) and any
-``Hf >= Hp``:
-
-* forward: ``y[p] = sum_r xp[(p + r) mod Hf] * w[r]``; for a valid output row
-  ``p <= Hp - R`` and ``r <= R - 1``, so ``p + r <= Hp - 1 < Hf``: nothing wraps. Rows
-  ``p > Hp - R`` are corrupted by wrap-around, and they are exactly the ones cropped away.
-* ``dw``: ``dw[r] = sum_p xp[(p + r) mod Hf] * dy[p]`` with ``dy`` non-zero only for
-  ``p <= Hp - R``, and ``r <= R - 1``: again ``p + r <= Hp - 1``.
-* ``dx``: the full convolution ``dxp[i] = sum_r dy[(i - r) mod Hf] * w[r]`` has length
-  ``(Hp - R + 1) + R - 1 = Hp <= Hf``; an index ``i - r < 0`` wraps to
-  ``Hf + i - r >= Hf - R + 1 >= Hp - R + 1``, where ``dy`` is zero.
-
-Likewise for the width. So ``Hf = Hp`` suffices; :func:`fft_size` rounds up to the next
-2-3-5-smooth size, which pocketfft (CPU) and cuFFT (GPU) transform with fast radix kernels (a
-prime size such as 227 falls back to a slower algorithm). fbfft rounds to powers of two.
-
-**Structural zeros.** Some results are exactly zero whatever the data: an output whose
-window lies entirely in the zero padding, a filter tap that only ever meets padding, an input
-element no window reaches (stride > kernel). Direct convolution and im2col leave them exactly
-0; the inverse FFT leaves round-off there (about 1e-7 of the plane's magnitude), because every
-coefficient touches every position. These rows and columns are known from the shapes alone
-(:func:`_reach`), so they are set to exact zeros after the crop.
-
-**Cost model** (:func:`flops`, :func:`workspace_bytes`). The transforms cost about
-``5/2 * M * log2(M)`` flops each for ``M = Hf*Wf`` points, and the Cgemm ``8 * N*K*C*F`` flops,
-neither depending on ``R*S``, while direct convolution and im2col cost ``2*N*K*P*Q*C*R*S``.
-So FFT convolution wins for large kernels and loses for small ones (3x3) where the transforms
-dominate. The price is memory: every filter is padded to the full input size before its
-transform, so the filter spectra alone are ``K*C*Hf*(Wf//2+1)`` complex numbers however small
-``R x S`` is; with the input and output spectra this makes fbfft the strategy with the highest
-memory use in the study's Figure 5.
-
-**When it is slow.** Read the cost model at batch 1 with many channels and a 3 x 3 kernel
-(the study's Conv5: C = 384, K = 384, a 13 x 13 input). The K*C = 147,456 filter spectra are
-15 x 8 complex numbers each (the FFT size 13 rounded up to 15), 135 MiB, against 5.1 MiB of
-filters: forward and backward must write and read that array several times, so the time is
-set by memory bandwidth, while torch's direct or Winograd kernels touch a few MiB. The batch
-does not change the filter spectra's size, so a larger batch amortises them (the study
-measured at batch 128), and a larger kernel makes them worth their cost (Conv1's 11 x 11).
-``python -m helpers.conv --bench`` measures both effects.
-
-Everything is float32 / complex64, as the real libraries compute; the transforms' round-off
-spreads over the whole plane, so agreement with a float64 reference is about 1e-5 to 1e-4
-relative, not float32's 1e-7 (the tests accept 1e-3). Tensors may live on any device: torch.fft
-runs pocketfft on the CPU and cuFFT on a GPU; the Cgemm is BLAS ``cgemm`` or cuBLAS.
-
-Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016: Section II-C (FFT-based convolution), Figure 4 (fbfft's time: FFT, transpose, Cgemm,
-inverse FFT), Figure 5 (fbfft's memory is the highest).
+Cost (:func:`flops`, :func:`workspace_bytes`): independent of R*S, but each filter's spectrum
+has ``Hf*(Wf//2+1)`` complex numbers however small the kernel: fbfft used the most memory in
+the study's Figure 5. float32 / complex64 on any device (pocketfft and BLAS on the CPU, cuFFT
+and cuBLAS on a GPU); the transforms' round-off spreads over whole planes, so errors are
+relative to a plane's largest values (the tests accept 1e-3 of the largest output).
 """
 
 from __future__ import annotations
@@ -101,8 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import ConvConfig
-from .phases import phase
+from helpers.conv.config import ConvConfig
+from helpers.conv.phases import phase
 
 __all__ = ["STRIDE_NOTE", "fft_size", "next_fast_len", "forward", "backward", "stages",
            "workspace_bytes", "flops", "supports"]
@@ -148,12 +70,14 @@ def fft_size(cfg: ConvConfig, fast: bool = True) -> tuple[int, int]:
     """The 2-D FFT size ``(Hf, Wf)`` used for ``cfg``, in elements.
 
     At least the padded input size ``(H + 2*pad_h, W + 2*pad_w)``, which is enough for
-    forward and both gradients without wrap-around (proof in the module docstring). With
-    ``fast=True`` (what :func:`forward` and :func:`backward` use) each side is rounded up to the
-    next 2-3-5-smooth length (:func:`next_fast_len`); with ``fast=False`` it is the padded
-    input size exactly.
+    forward and both gradients without wrap-around (the proofs are in notebook 05, "Why the
+    padded input size is a large enough FFT"). With ``fast=True`` (what :func:`forward` and
+    :func:`backward` use) each side is rounded up to the next 2-3-5-smooth length
+    (:func:`next_fast_len`), which pocketfft (CPU) and cuFFT (GPU) transform with fast radix
+    kernels (a prime size such as 227 falls back to a slower algorithm); with ``fast=False`` it
+    is the padded input size exactly. fbfft rounds up to powers of two instead.
 
-    Source: the convolution theorem; fbfft pads to powers of two (study Section II-C).
+    Source: the convolution theorem; fbfft (Vasilache et al., 2015; the study's reference [25]).
     """
     hp, wp = cfg.h + 2 * cfg.pad_h, cfg.w + 2 * cfg.pad_w
     if fast:
@@ -180,7 +104,7 @@ def workspace_bytes(cfg: ConvConfig) -> int:
     input's and filters' (plus the dilated dy grid).
 
     Returns:
-        int, bytes. Source: study Section II-C and Figure 5 (fbfft uses the most memory).
+        int, bytes. Source: study Section V-B and Figure 5 (fbfft uses the most memory).
     """
     hf, wf = fft_size(cfg)
     spectra = 8 * _freqs(hf, wf) * (cfg.n * cfg.c + cfg.k * cfg.c + cfg.n * cfg.k)
@@ -198,12 +122,14 @@ def flops(cfg: ConvConfig) -> int:
     * Cgemm: ``N*K*C`` complex multiply-adds at each of ``F = Hf*(Wf//2+1)`` frequencies,
       8 flops each (4 multiplies and 2 adds for the product, 2 adds to accumulate).
 
-    Independent of R*S, unlike ``cfg.flops`` (``2*N*K*P*Q*C*R*S``). Stride > 1 does not reduce
-    it (:data:`STRIDE_NOTE`). The filter transforms could be reused across calls (inference);
-    they are counted here, as this module recomputes them.
+    Independent of R*S, unlike ``cfg.flops`` (``2*N*K*P*Q*C*R*S``), so FFT convolution wins for
+    large kernels and loses for small ones (3 x 3), where the transforms dominate. Stride > 1
+    does not reduce it (:data:`STRIDE_NOTE`). The filter transforms could be reused across
+    calls (inference); they are counted here, as this module recomputes them.
 
     Returns:
-        int, flops. Source: study Section II-C, Figure 4.
+        int, flops. Source: study Section II-B (FFT's lower computational complexity),
+        Section V-A and Figure 4 (fbfft's phases).
     """
     hf, wf = fft_size(cfg)
     m = hf * wf
@@ -247,6 +173,13 @@ def _resolve_size(cfg: ConvConfig, fft_shape) -> tuple[int, int]:
 
 def _reach(out: int, stride: int, kernel: int, pad: int, size: int):
     """Which rows (or columns) of each result are not structurally zero, along one axis.
+
+    Some results are exactly zero whatever the data: an output whose window lies entirely in
+    the zero padding, a filter tap that only ever meets padding, an input element no window
+    reaches (stride > kernel). Direct convolution and im2col leave them exactly 0; the inverse
+    FFT leaves round-off there (about 1e-7 of the plane's magnitude), because every coefficient
+    touches every position. They are known from the shapes alone, so :func:`forward` and
+    :func:`backward` set them to exact zeros after the crop (:func:`_zero_unreached`).
 
     Window ``p`` (of ``out``) with tap ``r`` (of ``kernel``) reads padded position
     ``p*stride + r``, a real input element iff ``pad <= p*stride + r < pad + size``.
@@ -303,7 +236,7 @@ def _filter_spectrum(w: torch.Tensor, cfg: ConvConfig, hf: int, wf: int,
     gives (a test checks it), without padding K*C planes, transforming their zeros, or
     transposing the result; for the study's layers this is 2-3x faster on a CPU. The output
     is still ``K*C*Hf*(Wf//2+1)`` complex numbers: the memory cost of FFT convolution
-    (module docstring, "Cost model") does not go away.
+    (:func:`workspace_bytes`) does not go away.
 
     With ``conjugate=True`` it returns the complex conjugate (what the forward Cgemm needs) at
     no extra cost, by flipping the sign of the DFT matrices' angles, instead of conjugating
@@ -372,13 +305,13 @@ def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
 
     Returns:
         y (N, K, P, Q) float32 on x's device, contiguous; outputs whose window lies wholly in
-        the padding are exact zeros (module docstring, "Structural zeros").
+        the padding are exact zeros (:func:`_reach`).
 
     Raises:
         ValueError: x or w not float32 tensors of cfg's shapes, on different devices, or
             ``fft_shape`` smaller than the padded input.
 
-    Source: study Section II-C and Figure 4 (FFT, transpose, Cgemm, inverse FFT).
+    Source: study Section II-B, Section V-A and Figure 4 (FFT, transpose, Cgemm, inverse FFT).
     """
     _check("x", x, cfg.x_shape)
     _check("w", w, cfg.w_shape, x.device)
@@ -427,7 +360,7 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
     Raises:
         ValueError: as :func:`forward`, and dy not a float32 tensor of shape (N, K, P, Q).
 
-    Source: study Section II-C (fbfft computes all three passes in the frequency domain).
+    Source: study Section II-B (FFT-based convolution) and Figure 4.
     """
     _check("x", x, cfg.x_shape)
     _check("w", w, cfg.w_shape, x.device)
@@ -501,7 +434,7 @@ def stages(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig,
     Raises:
         ValueError: as :func:`forward`.
 
-    Source: study Section II-C (the steps of FFT convolution) and Figure 4.
+    Source: study Section II-B (the steps of FFT convolution) and Figure 4.
     """
     _check("x", x, cfg.x_shape)
     _check("w", w, cfg.w_shape, x.device)

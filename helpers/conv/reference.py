@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from .config import ConvConfig
-from .phases import phase
+from helpers.conv.config import ConvConfig
+from helpers.conv.phases import phase
 
 __all__ = ["forward", "backward"]
 

@@ -1,30 +1,18 @@
 """Unrolling: im2col turns the convolution into one GEMM; col2im maps gradients back.
 
-The study's second strategy (Caffe, Torch-cunn, Theano-CorrMM, cuDNN; its Section II-C and
-Figure 4, where GEMM takes 80-87 % of the time and im2col/col2im most of the rest).
+The study's second strategy (Caffe, Torch-cunn, Theano-CorrMM, cuDNN; its Section II-B, and
+Section V-A with Figure 4, where GEMM takes 80-87 % of the time and im2col/col2im most of the
+rest); notebook 04 teaches it. ``im2col`` copies every input window into one column of
+``cols: (C*R*S, N*P*Q)`` (zeros in the padding); the filters as ``(K, C*R*S)`` times ``cols`` are
+the output as ``(K, N*P*Q)``. Backward: ``dW = dY @ cols^T``, ``dcols = W^T @ dY``, then
+``col2im`` sums each column's entries back onto their input elements (by gathering, so no
+atomics). The buffer, ``C*R*S*N*P*Q*4`` bytes (:func:`workspace_bytes`), is up to R*S times
+the input.
 
-``im2col`` copies every input window a filter visits into one column of a matrix
-``cols: (C*R*S, N*P*Q)`` (zeros where the window overlaps the padding). The filters, reshaped
-to ``(K, C*R*S)``, times ``cols`` is ``(K, N*P*Q)``: the whole convolution as one GEMM. Each input
-element appears in up to R*S columns, so the buffer is up to R*S times the input:
-``C*R*S*N*P*Q*4`` bytes (:func:`workspace_bytes`).
-
-Backward: with ``dY: (K, N*P*Q)``, ``dW = dY @ cols^T`` (one GEMM) and ``dcols = W^T @ dY``
-(another), then ``col2im`` sums each column's entries back onto the input elements they came
-from (here by gathering: one thread per input element, so no atomics).
-
-GEMM: ``im2col-gemm`` calls cuBLAS through ``torch.matmul`` (on the CPU, BLAS through torch),
-on zero-copy views of the arrays our Numba kernels wrote; ``im2col-tiled`` calls our own
-shared-memory kernel from :mod:`helpers.gemm` on the CUDA path. On the CPU, im2col is a
-strided view (``Tensor.unfold``: no copy until the reshape) and col2im a loop of R*S
-vectorised slice additions; with BLAS doing the GEMM this path runs within a small factor of
-torch's own CPU convolution (``python -m helpers.conv --bench`` measures it).
-
-**How far from cuDNN on a GPU** (``python -m helpers.conv --bench`` on the GPU, recorded with
-``--save`` in ``results/conv_table1_*``): ``im2col-gemm``'s GEMM is cuBLAS, so its gap to cuDNN
-is mostly the extra memory traffic of writing and re-reading the R*S-times-larger ``cols``
-buffer; ``im2col-tiled`` adds the gap between our 16 x 16 shared-memory GEMM and cuBLAS, the
-larger of the two for big layers (see :mod:`helpers.gemm`).
+GEMM: ``gemm="torch"`` (strategy ``im2col-gemm``) calls cuBLAS, or BLAS on the CPU, through
+``torch.matmul`` on zero-copy views of the arrays our Numba kernels wrote; ``gemm="tiled"``
+(``im2col-tiled``) calls our shared-memory kernel from :mod:`helpers.conv.gemm`. On the CPU,
+im2col is a strided view (:func:`im2col_cpu`) and col2im R*S slice additions (:func:`col2im_cpu`).
 """
 
 from __future__ import annotations
@@ -35,10 +23,17 @@ import numpy as np
 import torch
 from numba import cuda, float32
 
-from .. import occupancy
-from ._arrays import cuda_device, kernel_array, poisoned
-from .phases import phase
-from .config import ConvConfig
+from helpers.conv import gemm as our_gemm
+from helpers.conv.config import ConvConfig
+from helpers.conv.phases import phase
+from helpers.device.arrays import (
+    cuda_device,
+    grid_for,
+    grid_refusal,
+    kernel_array,
+    launch,
+    poisoned,
+)
 
 __all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
            "im2col_sources", "forward", "backward", "workspace_bytes", "supports", "THREADS"]
@@ -103,22 +98,21 @@ def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
 THREADS = 128  #: threads per block of im2col_kernel and col2im_kernel
 
 
-def _launch(total: int) -> tuple[int, int]:
-    return (total + THREADS - 1) // THREADS, THREADS
+def _launch(total: int, kernel: str) -> tuple[int, int]:
+    return launch(total, THREADS, kernel)
 
 
 def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
     """None if every CUDA launch of the unrolling strategy fits the CUDA grid limits, else the
     reason: im2col and col2im (1-D grids), and with ``gemm="tiled"`` our GEMM's grids (y
     along the rows of C: K forward and for dW, C*R*S for dcols)."""
-    launches = [(_launch(im2col_threads(cfg))[0], "im2col_kernel"),
-                (_launch(math.prod(cfg.x_shape))[0], "col2im_kernel")]
+    launches = [(grid_for(im2col_threads(cfg), THREADS), "im2col_kernel"),
+                (grid_for(math.prod(cfg.x_shape), THREADS), "col2im_kernel")]
     for blocks, name in launches:
-        reason = occupancy.grid_refusal(blocks, name)
+        reason = grid_refusal(blocks, name)
         if reason:
             return reason
     if gemm == "tiled":
-        from .. import gemm as our_gemm
 
         npq = cfg.n * cfg.p * cfg.q
         for m, n in ((cfg.k, npq), (cfg.c * cfg.r * cfg.s, npq)):
@@ -132,7 +126,7 @@ def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
 def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     """CUDA-path im2col: x (N, C, H, W) -> cols (C*R*S, N*P*Q), float32, on cuda_device()."""
     cols = poisoned((cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q), cuda_device())
-    im2col_kernel[_launch(cols.numel())](
+    im2col_kernel[_launch(cols.numel(), "im2col_kernel")](
         kernel_array(x), kernel_array(cols), cfg.p, cfg.q, cfg.stride_h, cfg.stride_w,
         cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
     return cols
@@ -141,7 +135,7 @@ def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
 def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     """CUDA-path col2im: dcols (C*R*S, N*P*Q) -> dx (N, C, H, W), summing overlapping windows."""
     dx = poisoned(cfg.x_shape, cuda_device())
-    col2im_kernel[_launch(dx.numel())](
+    col2im_kernel[_launch(dx.numel(), "col2im_kernel")](
         kernel_array(dcols.contiguous()), kernel_array(dx), cfg.p, cfg.q, cfg.stride_h,
         cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
     return dx
@@ -151,7 +145,11 @@ def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
 
 
 def im2col_cpu(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """CPU im2col from a strided view: (N, C, H, W) -> (C*R*S, N*P*Q)."""
+    """CPU im2col from a strided view: (N, C, H, W) -> (C*R*S, N*P*Q).
+
+    ``Tensor.unfold`` makes the windows without copying; the final reshape copies. With BLAS
+    doing the GEMM, this CPU path runs within a small factor of torch's own CPU convolution
+    (``python -m helpers.experiments.conv_bench`` measures it)."""
     xp = torch.nn.functional.pad(x, (cfg.pad_w, cfg.pad_w, cfg.pad_h, cfg.pad_h))
     # windows: (N, C, P, Q, R, S), a view sharing xp's memory
     windows = xp.unfold(2, cfg.r, cfg.stride_h).unfold(3, cfg.s, cfg.stride_w)
@@ -198,7 +196,7 @@ def im2col_sources(cfg: ConvConfig) -> np.ndarray:
     Raises:
         ValueError: the matrix would have more than :data:`SOURCES_MAX_ENTRIES` entries.
 
-    Source: Li et al., ICPP 2016, Section II-C (unrolling needs a k*k-times larger buffer).
+    Source: Li et al., ICPP 2016, Section II-B (unrolling); the buffer's size, Section V-B.
     """
     entries = cfg.c * cfg.r * cfg.s * cfg.n * cfg.p * cfg.q
     if entries > SOURCES_MAX_ENTRIES:
@@ -217,7 +215,6 @@ def _matmul(gemm: str):
     if gemm == "torch":
         return torch.matmul
     if gemm == "tiled":
-        from .. import gemm as our_gemm
 
         return lambda a, b: our_gemm.gemm(a.contiguous(), b.contiguous(), kernel="tiled")
     raise ValueError(f"gemm must be 'torch' or 'tiled', got {gemm!r}")

@@ -1,0 +1,182 @@
+"""One way to time anything in the workbook: warm up, repeat, synchronise, report the median.
+
+:func:`benchmark` wraps ``torch.utils.benchmark.Timer.blocked_autorange``: it runs the call in
+blocks until a minimum total time has passed and reports per-call times. On a GPU, work is
+asynchronous (a kernel launch returns before the kernel finishes), so every timestamp is taken
+after ``torch.cuda.synchronize()``, which waits for all work on the device, Numba's kernels
+included. Under the Numba CUDA simulator the numbers are returned but flagged as meaningless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+from helpers.device import backend
+
+__all__ = ["Timing", "benchmark", "device_label"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The result of :func:`benchmark`. Times are seconds per call.
+
+    Attributes:
+        label: what was timed.
+        device: where it ran, e.g. ``"CPU: AMD EPYC 7B13 (2 cores)"`` or ``"GPU: NVIDIA H100 ..."``.
+        median_s: median time per call.
+        iqr_s: interquartile range of the per-call times (0 with fewer than 4 measurements).
+        min_s, max_s: fastest and slowest measurement.
+        repeats: number of measurements (each the mean over ``calls_per_repeat`` calls).
+        calls_per_repeat: calls averaged inside one measurement (more for very fast calls).
+        times_s: the per-call time of each measurement.
+        meaningful: False when the time does not describe real hardware (the CUDA simulator).
+    """
+
+    label: str
+    device: str
+    median_s: float
+    iqr_s: float
+    min_s: float
+    max_s: float
+    repeats: int
+    calls_per_repeat: int
+    times_s: tuple[float, ...]
+    meaningful: bool
+
+    @property
+    def median_ms(self) -> float:
+        """Median time per call in milliseconds."""
+        return self.median_s * 1e3
+
+    def rate(self, amount: float) -> float:
+        """``amount`` per second at the median time (e.g. bytes -> bytes/s, FLOPs -> FLOP/s)."""
+        return amount / self.median_s
+
+    def __str__(self) -> str:
+        flag = "" if self.meaningful else "  [not a hardware timing]"
+        return (f"{self.label}: median {_fmt_s(self.median_s)} "
+                f"(IQR {_fmt_s(self.iqr_s)}, {self.repeats} x {self.calls_per_repeat} calls) "
+                f"on {self.device}{flag}")
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def device_label(device: str) -> str:
+    """Human label for ``"cpu"`` or ``"cuda"`` as used in every chart and table of the workbook."""
+    info = backend.info()
+    if device == "cpu":
+        return info.cpu_label
+    if device == "cuda":
+        return info.device_label
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def _torch_benchmark():
+    import logging
+
+    # torch.utils.benchmark imports torch.utils.cpp_extension, which logs a warning about
+    # CUDA_HOME on machines without a CUDA runtime; it is irrelevant to timing Python calls.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from torch.utils import benchmark as tbench
+
+    return tbench
+
+
+def _cuda_synchronize() -> None:
+    if backend.MODE == "gpu":
+        import torch
+
+        torch.cuda.synchronize()
+    # In the simulator every launch has finished when it returns; nothing to wait for.
+
+
+def benchmark(
+    fn: Callable[..., Any],
+    *args: Any,
+    device: str = "cpu",
+    label: str | None = None,
+    warmup: int = 1,
+    min_run_time: float = 0.2,
+    sync: Callable[[], None] | None = None,
+    **kwargs: Any,
+) -> Timing:
+    """Time ``fn(*args, **kwargs)``: warm-up calls, then repeated timed blocks; median per call.
+
+    Args:
+        fn: the call to time. For GPU work it may return before the work finishes: the timer
+            synchronises the device before reading the clock.
+        device: ``"cpu"`` or ``"cuda"``. ``"cuda"`` synchronises the GPU around every reading
+            (``torch.cuda.synchronize``) and, under the simulator, marks the result not meaningful.
+        label: name of what is timed (default: ``fn.__name__``).
+        warmup: untimed calls first (JIT compilation, cuDNN/cuBLAS autotuning, caches). >= 0.
+        min_run_time: seconds of timed calls to collect at least (``blocked_autorange``); a call
+            slower than this is still measured at least twice. > 0.
+        sync: overrides how the device is synchronised (for tests and other devices).
+
+    Returns:
+        A :class:`Timing` with the median, IQR, min and max of the per-call time in seconds.
+
+    Raises:
+        ValueError: unknown device, ``warmup < 0`` or ``min_run_time <= 0``.
+
+    Source: GPU timing after a synchronise, medians over repeats: the study (Section IV) reports
+    the mean of 10 iterations; the median is the robust choice for noisy machines.
+    """
+    tbench = _torch_benchmark()
+    dev = device_label(device)
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if not min_run_time > 0:
+        raise ValueError(f"min_run_time must be > 0 seconds, got {min_run_time}")
+    if sync is None:
+        sync = _cuda_synchronize if device == "cuda" else (lambda: None)
+
+    def call() -> None:
+        fn(*args, **kwargs)
+
+    def synced_clock() -> float:
+        sync()
+        return timeit.default_timer()
+
+    for _ in range(warmup):
+        call()
+    sync()
+    timer = tbench.Timer(stmt="call()", globals={"call": call}, timer=synced_clock)
+    m = timer.blocked_autorange(min_run_time=min_run_time)
+    times = list(m.times)
+    if len(times) < 2:  # a call slower than min_run_time: measure it once more
+        times += timer.timeit(number=m.number_per_run).times
+    return _summarise(label or getattr(fn, "__name__", "call"), dev, times, m.number_per_run,
+                      meaningful=(device == "cpu" or backend.timings_meaningful()))
+
+
+def _summarise(label: str, device: str, times: list[float], calls: int,
+               meaningful: bool) -> Timing:
+    ordered = sorted(times)
+    if len(ordered) >= 4:
+        q = statistics.quantiles(ordered, n=4, method="inclusive")
+        iqr = q[2] - q[0]
+    else:
+        iqr = 0.0
+    return Timing(
+        label=label,
+        device=device,
+        median_s=statistics.median(ordered),
+        iqr_s=iqr,
+        min_s=ordered[0],
+        max_s=ordered[-1],
+        repeats=len(ordered),
+        calls_per_repeat=calls,
+        times_s=tuple(times),
+        meaningful=meaningful,
+    )

@@ -1,0 +1,414 @@
+"""Hotspot layers: the share of CNN training time each layer type takes (the study's Figure 2).
+
+Trains the four networks of :mod:`helpers.networks.figure2` for a few iterations (forward,
+cross-entropy loss, backward, SGD step) under ``torch.profiler`` and splits the time by layer
+type (:mod:`helpers.experiments.layer_times`); runs that the analytic FLOP count
+(:mod:`helpers.experiments.layer_costs`) says would take far too long are refused up front.
+:func:`estimate` (seconds) and :func:`refusal`, :func:`measure` (a live profile),
+:func:`recorded` (GPU profiles from ``results/hotspots_*``), :func:`main`::
+
+    python -m helpers.experiments.hotspots --model alexnet|googlenet|vgg16|overfeat|all
+        [--batch N --input S --iterations I --warmup W --device cpu|cuda --threads T --save]
+
+Units: seconds; input size in pixels (height = width); batch in images.
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
+ICPP 2016, Section III, Figure 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+
+import psutil
+import torch
+
+from helpers import results
+from helpers.device import backend
+from helpers.experiments.layer_costs import GROUPS, layer_flops
+from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module
+from helpers.networks import figure2
+from helpers.networks.figure2 import MODELS, NAMES, NATIVE_INPUT
+
+__all__ = ["ASSUMED_EFFICIENCY", "COMMAND", "CPU_DEFAULTS", "GPU_DEFAULTS", "PREFIX",
+           "STUDY_FIGURE2", "RecordedProfiles", "estimate", "format_table", "main", "measure",
+           "recorded", "refusal", "save"]
+
+#: The study's Figure 2: share of 10 training iterations (forward + backward) spent in
+#: convolution layers, on a Tesla K40c (Li et al., ICPP 2016). Reported, not measured here.
+STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "vgg16": 0.90,
+                                   "overfeat": 0.94}
+
+#: Default run on a CPU: small enough that all four networks take well under a minute on a
+#: 2-core machine (our choice; the study's batch sizes are not in its summary). One thread:
+#: on a machine shared with other work, threads that wait for each other inflate the time of
+#: small operators (pooling, ReLU) far beyond their cost.
+CPU_DEFAULTS = {"batch": 4, "input_size": 128, "iterations": 2, "threads": 1}
+
+#: Default run on a GPU: batch 64, each network's native input size, 10 iterations as the study.
+GPU_DEFAULTS = {"batch": 64, "input_size": None, "iterations": 10, "threads": None}
+
+#: Fraction of the device's peak FP32 FLOP/s that :func:`estimate` assumes training reaches.
+#: Optimistic on purpose, so that a refused run is surely too slow.
+ASSUMED_EFFICIENCY = 0.5
+
+#: File-name prefix of this experiment's datasets in ``results/``.
+PREFIX = "hotspots_"
+
+#: The command that records the GPU profiles that :func:`recorded` reads (on a GPU machine).
+COMMAND = "python -m helpers.experiments.hotspots --model all --save"
+
+
+# ----------------------------------------------------------------------------------------------
+# estimate: refusing runs that would take far too long.
+# ----------------------------------------------------------------------------------------------
+
+
+def _peak_flops(device: str, threads: int | None = None) -> tuple[float, str]:
+    info = backend.info()
+    if device == "cuda":
+        if info.gpu_peak_fp16_tensor_flops:  # cuDNN may use TF32 tensor cores for float32
+            return info.gpu_peak_fp16_tensor_flops / 2, f"{info.gpu_name} TF32 peak (datasheet)"
+        if info.gpu_peak_fp32_flops:
+            return info.gpu_peak_fp32_flops, f"{info.gpu_name} FP32 peak (datasheet)"
+        return 20e12, "an assumed 20 TFLOP/s (GPU not in helpers.device.backend.KNOWN_GPUS)"
+    cores = info.cpu_logical_cores or info.cpu_physical_cores or 1
+    part = min(threads, cores) / cores if threads else 1.0
+    on = f", {min(threads, cores)} of {cores} cores" if threads else ""
+    if info.cpu_peak_fp32_flops_estimate:
+        return (part * info.cpu_peak_fp32_flops_estimate,
+                f"{info.cpu_label} estimated FP32 peak{on}")
+    return part * 100e9, f"an assumed 100 GFLOP/s (CPU peak unknown){on}"
+
+
+def _check_args(model_name, batch, input_size, iterations, device, warmup, threads=None) -> None:
+    figure2.check_input_size(model_name, input_size)
+    check_run_args(batch, iterations, warmup, device, threads)
+
+
+def estimate(model_name: str, batch: int, input_size: int, iterations: int,
+             device: str = "cpu", warmup: int = 1, threads: int | None = None) -> float:
+    """A rough lower estimate of a :func:`measure` run's time, in seconds (float).
+
+    ``(warmup + iterations) x batch x training FLOPs per image``
+    (:func:`helpers.experiments.layer_costs.layer_flops`, 3 x forward) divided by
+    :data:`ASSUMED_EFFICIENCY` x the device's peak FLOP/s (the CPU's estimated peak from
+    :func:`helpers.device.backend.info`, the part of it that ``threads`` cores give; a GPU's
+    datasheet TF32 or FP32 peak). An assumption for refusing runs up front, never reported as
+    a measurement.
+
+    Args:
+        model_name, batch, input_size, iterations, device, warmup, threads: as :func:`measure`.
+
+    Raises:
+        ValueError: as :func:`measure`.
+    """
+    _check_args(model_name, batch, input_size, iterations, device, warmup, threads)
+    cost = layer_flops(model_name, input_size, 1)
+    peak, _ = _peak_flops(device, threads)
+    return (warmup + iterations) * batch * cost.training_flops / (ASSUMED_EFFICIENCY * peak)
+
+
+def _memory_needed(model_name: str, batch: int, input_size: int) -> int:
+    """About the bytes training needs: weights and their gradients, plus every layer's output
+    and its gradient (float32)."""
+    cost = layer_flops(model_name, input_size, batch)
+    return 4 * (2 * cost.params + 2 * cost.activations)
+
+
+def _memory_available(device: str) -> int:
+    if device == "cuda" and backend.MODE == "gpu":
+        free, _ = torch.cuda.mem_get_info()
+        return int(free)
+    return int(psutil.virtual_memory().available)
+
+
+def refusal(model_name: str, batch: int, input_size: int, iterations: int, device: str = "cpu",
+            warmup: int = 1, budget_s: float = 120.0, threads: int | None = None) -> str | None:
+    """Why a :func:`measure` run should not be started, or None if it may.
+
+    Refused: a CUDA run on a machine without a GPU; an estimated time (:func:`estimate`) over
+    ``budget_s`` seconds; an estimated memory need (weights, gradients and every layer's
+    output, float32) over half of the memory available on the device.
+
+    Args:
+        model_name, batch, input_size, iterations, device, warmup, threads: as :func:`measure`.
+        budget_s: the longest acceptable run, seconds.
+
+    Returns:
+        None, or a message starting with ``"refused:"`` that gives the estimate.
+
+    Raises:
+        ValueError: as :func:`measure`; ``budget_s <= 0``.
+    """
+    _check_args(model_name, batch, input_size, iterations, device, warmup, threads)
+    if not budget_s > 0:
+        raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
+    if device == "cuda" and backend.MODE != "gpu":
+        return (f"refused: device='cuda' needs a CUDA GPU and this machine has none "
+                f"({backend.MODE_REASON}); GPU measurements come from results/ ({PREFIX}*)")
+    est = estimate(model_name, batch, input_size, iterations, device, warmup, threads)
+    if est > budget_s:
+        peak, source = _peak_flops(device, threads)
+        per_image = layer_flops(model_name, input_size).training_flops
+        gflop = (warmup + iterations) * batch * per_image / 1e9
+        return (f"refused: {MODELS[model_name]} at {input_size} px, batch {batch}, "
+                f"{warmup} + {iterations} iterations is about {gflop:,.0f} GFLOP; at "
+                f"{ASSUMED_EFFICIENCY:.0%} of {peak / 1e9:,.0f} GFLOP/s ({source}) that is at "
+                f"least {est:,.0f} s, over the {budget_s:g} s budget. Use a smaller batch or "
+                f"input, or a GPU.")
+    need, avail = _memory_needed(model_name, batch, input_size), _memory_available(device)
+    if need > avail // 2:
+        return (f"refused: {MODELS[model_name]} at {input_size} px, batch {batch} needs about "
+                f"{need / 2**30:,.1f} GiB (weights, gradients, layer outputs), over half of the "
+                f"{avail / 2**30:,.1f} GiB available on {device}")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# measure: profiling one network's training iterations.
+# ----------------------------------------------------------------------------------------------
+
+
+def measure(model_name: str, batch: int, input_size: int, iterations: int,
+            device: str = "cpu", warmup: int = 1, budget_s: float = 120.0,
+            seed: int = 0, threads: int | None = None) -> HotspotProfile:
+    """Profile training iterations of one of the study's networks and group the time by layer
+    type (:func:`helpers.experiments.layer_times.profile_module`, after :func:`refusal`).
+
+    Each iteration: ``zero_grad``, forward pass, cross-entropy loss against random labels over
+    1000 classes, backward pass, SGD step, on random float32 images ``(batch, 3, input_size,
+    input_size)``; ``warmup`` iterations first, unrecorded.
+
+    Args:
+        model_name: a key of :data:`helpers.networks.figure2.MODELS`.
+        batch: images per iteration, 1 to 65,536.
+        input_size: height = width in pixels (the network's
+            :data:`helpers.networks.figure2.MIN_INPUT` to 4096; native sizes are
+            :data:`helpers.networks.figure2.NATIVE_INPUT`).
+        iterations: profiled training iterations, 1 to 10,000 (the study used 10).
+        device: ``"cpu"`` or ``"cuda"``.
+        warmup: iterations run before the profiled ones, 0 to 100.
+        budget_s: refuse (without running) a run estimated to take longer (seconds).
+        seed: seed of the weights and the random images and labels.
+        threads: CPU threads for torch during the run (1 to 1024; restored afterwards), or
+            None to keep torch's setting. One thread keeps small operators' times honest on a
+            machine shared with other work, where threads wait for each other.
+
+    Returns:
+        A :class:`helpers.experiments.layer_times.HotspotProfile` (seconds and shares per
+        layer type, the device, batch, input size, iterations, profiled and wall time).
+
+    Raises:
+        ValueError: bad arguments (each names the parameter and its valid range), or the run is
+            refused (:func:`refusal`: no GPU for ``device="cuda"``, too slow, too large).
+
+    Source: Li et al., ICPP 2016, Figure 2 (10 training iterations, forward + backward).
+    """
+    reason = refusal(model_name, batch, input_size, iterations, device, warmup, budget_s, threads)
+    if reason:
+        raise ValueError(reason)
+    model = figure2.build(model_name, seed=seed)
+    return profile_module(model, (batch, 3, input_size, input_size), iterations, device, warmup,
+                          num_classes=1000, seed=seed, name=model_name, threads=threads)
+
+
+def format_table(profiles: list[HotspotProfile], study: bool = True) -> str:
+    """A text table: one line per profile with each group's share of the time (%), the time per
+    iteration (ms), and profiled / wall time; the measuring devices named above it and, with
+    ``study=True``, the study's convolution shares (Figure 2) beside ours.
+
+    Args:
+        profiles: from :func:`measure` or :func:`recorded`. study: add the study's column.
+
+    Returns:
+        The table (str, lines joined by newlines).
+    """
+    head = (f"{'model':<16}{'batch':>6}{'input':>6}  "
+            + "".join(f"{g:>16}" for g in GROUPS)
+            + f"{'ms/iter':>10}{'profiled/wall':>15}" + (f"{'study conv':>12}" if study else ""))
+    lines = [f"measured on {label}" for label in dict.fromkeys(p.measured_on for p in profiles)]
+    lines += ["share of training time (forward + backward + SGD step) by layer type", head,
+              "-" * len(head)]
+    for p in profiles:
+        s = p.shares
+        ratio = p.total_s / p.wall_s if p.wall_s else float("nan")
+        line = (f"{p.name:<16}{p.batch:>6}{p.input_size:>6}  "
+                + "".join(f"{100 * s[g]:>14.1f} %" for g in GROUPS)
+                + f"{p.ms_per_iteration:>10.1f}{ratio:>15.2f}")
+        if study:
+            line += f"{100 * STUDY_FIGURE2[p.model]:>10.0f} %" if p.model in STUDY_FIGURE2 else ""
+        lines.append(line)
+    if study:
+        lines.append("study conv: the study's Figure 2 (Tesla K40c, 2016), reported, not measured "
+                     "here")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# recorded: GPU profiles in results/.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedProfiles:
+    """The GPU profiles in ``results/hotspots_*`` (from :func:`recorded`); true if any.
+
+    Attributes:
+        profiles: one :class:`helpers.experiments.layer_times.HotspotProfile` per network and
+            run, ``source="reference"``, ``device_label`` the GPU and ``date`` the ISO date of
+            the run (``detail`` is empty: only the groups are saved).
+        note: one line for a learner: the GPUs and dates they come from, or the command
+            (:data:`COMMAND`) that records them on a GPU machine.
+    """
+
+    profiles: list[HotspotProfile]
+    note: str
+
+    def __bool__(self) -> bool:
+        return bool(self.profiles)
+
+
+def recorded(*, directory: pathlib.Path | str | None = None) -> RecordedProfiles:
+    """The GPU profiles recorded in ``results/`` by :data:`COMMAND` (or notebook 02 on a GPU),
+    read through :func:`helpers.results.recorded` (rows with ``device_kind == "cuda"``).
+
+    Args:
+        directory: default :data:`helpers.results.RESULTS_DIR`.
+
+    Returns:
+        A :class:`RecordedProfiles` (no profiles, and a note naming :data:`COMMAND`, if nothing
+        is recorded).
+    """
+    rec = results.recorded(PREFIX, COMMAND, directory=directory)
+    # Each saved profile is a run of consecutive rows, one per group, of one device and model.
+    runs: list[list[dict]] = []
+    for r in rec.rows:
+        run = runs[-1] if runs else None
+        if (run is None or (r["device"], r["model"]) != (run[0]["device"], run[0]["model"])
+                or any(x["group"] == r["group"] for x in run)):
+            runs.append([r])
+        else:
+            run.append(r)
+    profiles = []
+    for run in runs:
+        r0 = run[0]
+        label, _, date = str(r0["device"]).rpartition(", ")
+        profiles.append(HotspotProfile(
+            model=str(r0["model"]), device="cuda", device_label=label,
+            time_kind=str(r0["time_kind"]), batch=int(r0["batch"]),
+            input_size=int(r0["input_size"]), iterations=int(r0["iterations"]),
+            warmup=int(r0["warmup"]), seconds={r["group"]: float(r["seconds"]) for r in run},
+            detail={}, total_s=float(r0["total_s"]), wall_s=float(r0["wall_s"]),
+            threads=int(r0.get("threads") or 0), source="reference", date=date))
+    return RecordedProfiles(profiles, rec.note)
+
+
+def save(profiles: list[HotspotProfile], *, command: str,
+         directory: pathlib.Path | str | None = None) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write GPU profiles to ``results/hotspots_<gpu>.csv`` + ``.json`` (one row per network
+    and layer type; the JSON names the GPU, driver, library versions and date).
+
+    Args:
+        profiles: measured on a GPU (``device == "cuda"``). command: what produced them.
+        directory: default :data:`helpers.results.RESULTS_DIR`.
+
+    Returns:
+        The two paths written.
+
+    Raises:
+        ValueError: no profiles, or a profile not measured on a GPU (``results/`` holds GPU
+            measurements only).
+    """
+    if not profiles or any(p.device != "cuda" for p in profiles):
+        raise ValueError("save needs profiles measured on a GPU (device 'cuda'): results/ holds "
+                         "GPU measurements only")
+    name = f"{PREFIX}{results.slug(backend.info().gpu_name or 'gpu')}"
+    rows = [r for p in profiles for r in p.rows()]
+    return results.save(name, rows, command=command, directory=directory)
+
+
+# ----------------------------------------------------------------------------------------------
+# main: the command line.
+# ----------------------------------------------------------------------------------------------
+
+
+def _sizes(model_names, input_size):
+    return [(m, input_size if input_size is not None else NATIVE_INPUT[m]) for m in model_names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.experiments.hotspots``: profile training and print the shares by
+    layer type. Returns 0, or 2 for a refused run (bad arguments exit with status 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.experiments.hotspots",
+        description="Share of CNN training time by layer type (the study's Figure 2). CPU "
+                    f"defaults: batch {CPU_DEFAULTS['batch']}, input {CPU_DEFAULTS['input_size']} "
+                    f"px, {CPU_DEFAULTS['iterations']} iterations, {CPU_DEFAULTS['threads']} "
+                    "thread; GPU defaults: batch "
+                    f"{GPU_DEFAULTS['batch']}, native input (224 px, OverFeat 231 px), "
+                    f"{GPU_DEFAULTS['iterations']} iterations.")
+    parser.add_argument("--model", required=True, choices=[*NAMES, "all"])
+    parser.add_argument("--batch", type=int, default=None, help="images per iteration")
+    parser.add_argument("--input", type=int, default=None, dest="input_size",
+                        help="input height = width in pixels")
+    parser.add_argument("--iterations", type=int, default=None, help="profiled iterations")
+    parser.add_argument("--warmup", type=int, default=1, help="iterations before profiling")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (CPU default 1; GPU default: torch's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                        help="default: cuda on a GPU machine, else cpu")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="refuse runs estimated to take longer than this many seconds")
+    parser.add_argument("--save", action="store_true",
+                        help=f"on a GPU, save the rows to results/{PREFIX}<gpu>.csv/.json")
+    args = parser.parse_args(argv)
+    device = args.device or ("cuda" if backend.MODE == "gpu" else "cpu")
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    batch = args.batch if args.batch is not None else defaults["batch"]
+    iterations = args.iterations if args.iterations is not None else defaults["iterations"]
+    input_size = args.input_size if args.input_size is not None else defaults["input_size"]
+    threads = args.threads if args.threads is not None else defaults["threads"]
+    if threads is not None and not 1 <= threads <= 1024:
+        parser.error(f"threads must be an integer from 1 to 1024, got {threads}")
+    names = list(NAMES) if args.model == "all" else [args.model]
+    runs = _sizes(names, input_size)
+    try:
+        reasons = [refusal(m, batch, s, iterations, device, args.warmup, args.budget, threads)
+                   for m, s in runs]
+        total_est = sum(estimate(m, batch, s, iterations, device, args.warmup, threads)
+                        for m, s in runs) if device == "cpu" or backend.MODE == "gpu" else 0.0
+    except ValueError as exc:
+        parser.error(str(exc))
+    for (m, _), reason in zip(runs, reasons):
+        if reason:
+            print(f"{MODELS[m]}: {reason}")
+            if device == "cuda" and backend.MODE != "gpu":
+                refs = recorded()
+                print(format_table(refs.profiles) if refs else refs.note)
+            return 2
+    if total_est > args.budget:
+        print(f"refused: the {len(runs)} runs together are estimated at about {total_est:,.0f} s, "
+              f"over the {args.budget:g} s budget (raise --budget or measure fewer models)")
+        return 2
+    profiles = []
+    for m, s in runs:
+        print(f"profiling {MODELS[m]}: batch {batch}, input {s} px, {args.warmup} warm-up + "
+              f"{iterations} iterations on {device}...", flush=True)
+        profiles.append(measure(m, batch, s, iterations, device, args.warmup,
+                                budget_s=args.budget, threads=threads))
+    print(format_table(profiles))
+    if args.save:
+        if device == "cuda":
+            command = "python -m helpers.experiments.hotspots " + " ".join(
+                sys.argv[1:] if argv is None else argv)
+            print("saved", *save(profiles, command=command))
+        else:
+            print("not saved: results/ holds GPU measurements (run with --device cuda on a GPU)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

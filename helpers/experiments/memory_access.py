@@ -1,0 +1,599 @@
+"""How warps touch memory and branch: coalescing, shared-memory bank conflicts, warp divergence.
+
+Three small kernels, each recorded thread by thread (address, shared-memory word, branch path;
+in the simulator or on a GPU) by an ``explain_*`` function and timed on a GPU by :func:`measure`:
+:func:`strided_load_kernel` (thread i loads ``src[i * stride]``: 32-byte sectors per warp),
+:func:`transpose_shared_kernel` (a 32 x 32 float32 tile read by columns: a 32-way bank conflict;
+rows padded to 33 words: none) and :func:`branch_kernel` (a branch on thread parity splits every
+warp, one on the warp index none). Addresses count from the start of each array, which
+``cudaMalloc`` aligns to 256 bytes; shared-memory word ``k`` lives in bank ``k % 32``. Times in
+ms, bandwidths in GB/s (1e9 bytes/s). Command line: ``python -m helpers.experiments.memory_access``.
+
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks", ICPP 2016,
+Section V-C and Figure 6; NVIDIA CUDA C Best Practices Guide (coalescing, shared memory banks,
+branching and divergence) and "Efficient matrix transpose in CUDA C" (the 32 x 33 tile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+import numpy as np
+import torch
+from numba import cuda, float32
+
+from helpers import results
+from helpers.device import backend, timing
+
+__all__ = [
+    "BANKS", "BLOCK_ROWS", "COMMAND", "PREFIX", "SECTOR_BYTES", "SIMULATOR_MAX_THREADS",
+    "TILE_DIM", "WARP", "BankExplanation", "CoalescingExplanation", "DivergenceExplanation",
+    "GpuRequired", "branch_kernel", "conflict_degree", "explain_banks", "explain_coalescing",
+    "explain_divergence", "gpu_refusal", "main", "measure", "measure_coalescing",
+    "measure_divergence", "measure_transpose", "recorded", "save_gpu_experiments", "sectors_of",
+    "strided_load_kernel", "transpose_naive_kernel", "transpose_shared_kernel", "warp_efficiency"]
+
+SECTOR_BYTES = 32   #: a global-memory transaction moves whole 32-byte sectors
+BANKS = 32          #: shared-memory banks, each 4 bytes wide
+WARP = 32           #: threads a warp
+TILE_DIM = 32       #: edge of the transpose tile
+BLOCK_ROWS = 8      #: the transpose's block is TILE_DIM x BLOCK_ROWS threads; each does 4 rows
+TILE_WORDS = 1056   #: float32 words of the shared tile: TILE_DIM * (TILE_DIM + 1), padding included
+
+#: Explanations run at most this many threads a launch (the simulator runs ~1e4 threads/s).
+SIMULATOR_MAX_THREADS = 4_096
+#: File-name prefix of the GPU timings recorded in ``results/``.
+PREFIX = "gpu_experiments_"
+#: The command that records them, on a GPU.
+COMMAND = "python -m helpers.experiments.memory_access --save"
+
+assert TILE_WORDS == TILE_DIM * (TILE_DIM + 1)  # a literal: Numba needs a constant array size
+
+
+class GpuRequired(RuntimeError):
+    """Raised by a measurement that needs a real CUDA GPU when there is none."""
+
+
+def gpu_refusal() -> str | None:
+    """None on a GPU, else why GPU measurements cannot be made here (for messages)."""
+    if backend.MODE == "gpu":
+        return None
+    return (f"no CUDA GPU here (mode {backend.MODE!r}: {backend.MODE_REASON}); the simulator "
+            "compiles nothing and times nothing")
+
+
+
+@cuda.jit
+def strided_load_kernel(src, dst, stride):
+    """dst[i] = src[i * stride]: thread i loads the float32 ``stride`` elements after thread
+    i - 1's. At stride 1 a warp's 32 loads are 128 consecutive bytes (coalesced)."""
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i * stride]
+
+
+@cuda.jit
+def transpose_naive_kernel(src, dst):
+    """dst[x, y] = src[y, x] straight from global memory: the reads of a warp are coalesced
+    (consecutive x), its writes are a column of dst (a stride of one row apart)."""
+    x = cuda.blockIdx.x * TILE_DIM + cuda.threadIdx.x
+    y = cuda.blockIdx.y * TILE_DIM + cuda.threadIdx.y
+    for j in range(0, TILE_DIM, BLOCK_ROWS):
+        if y + j < src.shape[0] and x < src.shape[1]:
+            dst[x, y + j] = src[y + j, x]
+
+
+@cuda.jit
+def transpose_shared_kernel(src, dst, pitch, record, rec):
+    """dst = src.T through a 32 x 32 tile in shared memory, stored row by row with ``pitch``
+    words a row: 32 (every lane of a column read in one bank) or 33 (one word of padding a
+    row: each lane in its own bank). Reads and writes of global memory are both coalesced.
+
+    Block (TILE_DIM, BLOCK_ROWS) threads, grid (ceil(W / 32), ceil(H / 32)). If ``rec`` is
+    nonzero, the shared-memory word each thread writes (record[0]) and reads (record[1]) is
+    recorded at ``record[kind, block, j // BLOCK_ROWS, threadIdx.y * 32 + threadIdx.x]``.
+    """
+    tile = cuda.shared.array(TILE_WORDS, float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    bx, by = cuda.blockIdx.x, cuda.blockIdx.y
+    block = by * cuda.gridDim.x + bx
+    t = ty * TILE_DIM + tx  # linear thread index: warp t // 32 (= ty), lane t % 32 (= tx)
+    x = bx * TILE_DIM + tx
+    y = by * TILE_DIM + ty
+    for j in range(0, TILE_DIM, BLOCK_ROWS):
+        if y + j < src.shape[0] and x < src.shape[1]:
+            k = (ty + j) * pitch + tx       # a row of the tile: lanes on consecutive words
+            tile[k] = src[y + j, x]
+            if rec:
+                record[0, block, j // BLOCK_ROWS, t] = k
+    cuda.syncthreads()
+    x = by * TILE_DIM + tx                  # the transposed block
+    y = bx * TILE_DIM + ty
+    for j in range(0, TILE_DIM, BLOCK_ROWS):
+        if y + j < dst.shape[0] and x < dst.shape[1]:
+            k = tx * pitch + ty + j         # a column of the tile: lanes `pitch` words apart
+            dst[y + j, x] = tile[k]
+            if rec:
+                record[1, block, j // BLOCK_ROWS, t] = k
+
+
+@cuda.jit
+def branch_kernel(x, out, path, iters, by_warp):
+    """Two paths of equal length: ``iters`` multiply-adds (path 0) or ``iters`` square roots
+    (path 1). The branch depends on the parity of threadIdx.x (``by_warp == 0``: every warp
+    splits) or of the warp index threadIdx.x // 32 (``by_warp != 0``: warps stay whole).
+    Each thread records its path in ``path[i]``."""
+    i = cuda.grid(1)
+    if i < x.size:
+        t = cuda.threadIdx.x
+        group = t // 32 if by_warp else t
+        v = x[i]
+        if group % 2 == 0:
+            path[i] = 0
+            for _ in range(iters):
+                v = v * float32(0.99) + float32(0.01)
+        else:
+            path[i] = 1
+            for _ in range(iters):
+                v = math.sqrt(float32(0.5) * v * v + float32(1.0))
+        out[i] = v
+
+
+def _check_positive_int(name: str, value, lo: int = 1, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (
+            hi is not None and value > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be an integer in {rng}, got {value!r}")
+    return int(value)
+
+
+def _device_copy(a: np.ndarray):
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+
+@dataclasses.dataclass
+class CoalescingExplanation:
+    """What :func:`explain_coalescing` recorded: ``strides`` run, ``warps`` launched per stride,
+    ``addresses`` {stride: int64 array (warps * 32,)}, the element index each thread loaded;
+    ``rows``, one dict per stride: ``stride, lanes, requested_bytes`` (per warp request),
+    ``sectors`` (32-byte sectors it touches), ``fetched_bytes``, ``load_efficiency_pct``
+    (requested / fetched), ``span_bytes`` (first to last byte); ``correct``, every output equal
+    to NumPy's ``src[::stride]`` (output poisoned with NaN first); ``device``, where it ran."""
+
+    strides: tuple[int, ...]
+    warps: int
+    addresses: dict[int, np.ndarray]
+    rows: list[dict]
+    correct: bool
+    device: str
+
+    def __str__(self) -> str:
+        lines = [(f"{'stride':>7}{'bytes asked':>13}{'sectors (32 B)':>16}{'bytes moved':>13}"
+                  f"{'load efficiency':>17}")]
+        lines += [f"{r['stride']:>7}{r['requested_bytes']:>13}{r['sectors']:>16}"
+                  f"{r['fetched_bytes']:>13}{r['load_efficiency_pct']:>16.1f}%" for r in self.rows]
+        return "\n".join(lines)
+
+
+def sectors_of(element_indices, itemsize: int = 4) -> np.ndarray:
+    """The distinct 32-byte sectors (int64 indices, sorted) that loads of these element indices
+    touch, the array starting on a 256-byte boundary as ``cudaMalloc`` places it."""
+    idx = np.asarray(element_indices, dtype=np.int64)
+    return np.unique(idx * itemsize // SECTOR_BYTES)
+
+
+def explain_coalescing(strides=(1, 2, 4, 8, 16, 32), warps: int = 2) -> CoalescingExplanation:
+    """Run :func:`strided_load_kernel` at each element stride (1..64) with ``warps`` warps
+    (1..16) and record which element each thread loaded: the float32 source holds each element's
+    own index (exact below 2**24). Simulator or GPU, deterministic either way.
+
+    Returns:
+        A :class:`CoalescingExplanation`. At stride s a warp asks for 128 bytes and touches
+        ``min(32, 4 s)`` sectors: load efficiency 100 %, 50 %, 25 %, then 12.5 % from stride 8.
+
+    Raises:
+        ValueError: a stride or warp count out of range (the message names it).
+
+    Source: study Figure 6 (global load efficiency under 20 %); CUDA C Best Practices Guide,
+    "Coalesced access to global memory".
+    """
+    strides = tuple(_check_positive_int("stride", s, 1, 64) for s in strides)
+    if not strides:
+        raise ValueError("strides must name at least one stride in 1..64")
+    warps = _check_positive_int("warps", warps, 1, 16)
+    n = warps * WARP
+    addresses, rows, correct = {}, [], True
+    for s in strides:
+        src = np.arange((n - 1) * s + 1, dtype=np.float32)
+        dst = _device_copy(np.full(n, np.nan, np.float32))
+        strided_load_kernel[math.ceil(n / 64), 64](_device_copy(src), dst, s)
+        got = dst.copy_to_host()
+        correct &= bool(np.array_equal(got, src[::s][:n]))
+        idx = np.where(np.isnan(got), -1, got).astype(np.int64)
+        addresses[s] = idx
+        sectors = max(len(sectors_of(idx[w * WARP:(w + 1) * WARP])) for w in range(warps))
+        asked, warp0 = WARP * 4, idx[:WARP]
+        rows.append({"stride": s, "lanes": WARP, "requested_bytes": asked, "sectors": sectors,
+                     "fetched_bytes": sectors * SECTOR_BYTES,
+                     "load_efficiency_pct": 100 * asked / (sectors * SECTOR_BYTES),
+                     "span_bytes": int((warp0.max() - warp0.min() + 1) * 4)})
+    return CoalescingExplanation(strides, warps, addresses, rows, correct,
+                                 timing.device_label("cuda"))
+
+
+
+def _transpose(a: np.ndarray, kind: str, pitch: int = TILE_DIM + 1, record: bool = False):
+    """Run one transpose kernel on a NumPy (H, W) float32 array; returns (dst, record)."""
+    h, w = a.shape
+    grid = (math.ceil(w / TILE_DIM), math.ceil(h / TILE_DIM))
+    block = (TILE_DIM, BLOCK_ROWS)
+    dst = _device_copy(np.full((w, h), np.nan, np.float32))
+    src = _device_copy(a.astype(np.float32))
+    if kind == "naive":
+        transpose_naive_kernel[grid, block](src, dst)
+        return dst.copy_to_host(), None
+    shape = (2, grid[0] * grid[1], TILE_DIM // BLOCK_ROWS, TILE_DIM * BLOCK_ROWS) if record \
+        else (2, 1, 1, 1)
+    rec = _device_copy(np.full(shape, -1, np.int32))
+    transpose_shared_kernel[grid, block](src, dst, pitch, rec, 1 if record else 0)
+    return dst.copy_to_host(), (rec.copy_to_host() if record else None)
+
+
+def conflict_degree(word_offsets) -> int:
+    """Shared-memory wavefronts one warp request needs: the largest number of *distinct* 4-byte
+    words that the request's lanes address in one bank (lanes reading the same word share it).
+    1 = no conflict; 32 = every lane in one bank, a different word each. -1 entries (inactive
+    lanes) are ignored; 0 if no lane is active."""
+    w = np.asarray(word_offsets, dtype=np.int64)
+    w = np.unique(w[w >= 0])
+    if w.size == 0:
+        return 0
+    return int(np.bincount(w % BANKS, minlength=BANKS).max())
+
+
+@dataclasses.dataclass
+class BankExplanation:
+    """What :func:`explain_banks` recorded: ``shape``, the (H, W) matrix transposed; ``words``
+    {pitch: int32 array (2, blocks, 4, 256)}, the shared-memory word each thread wrote (``[0]``)
+    and read (``[1]``) per block and row step, -1 = not active; ``rows``, one dict per (pitch,
+    access): ``layout, pitch, access`` ("write a row" / "read a column"), ``requests`` (full-warp
+    requests seen), ``banks_hit`` (distinct banks in one), ``conflict_degree`` (largest over
+    requests), ``mean_degree``; ``correct`` {"naive": bool, 32: bool, 33: bool}, each transpose
+    equal to NumPy's ``a.T`` (output poisoned with NaN first); ``device``, where they ran."""
+
+    shape: tuple[int, int]
+    words: dict[int, np.ndarray]
+    rows: list[dict]
+    correct: dict
+    device: str
+
+    def warp_words(self, pitch: int, access: str = "read", block: int = 0, step: int = 0,
+                   warp: int = 0) -> np.ndarray:
+        """The 32 word offsets of one warp request (lane order)."""
+        k = 0 if access == "write" else 1
+        return self.words[pitch][k, block, step, warp * WARP:(warp + 1) * WARP]
+
+    def __str__(self) -> str:
+        lines = [f"{'tile layout':<24}{'access':<15}{'banks hit':>10}{'conflict degree':>17}"]
+        lines += [f"{r['layout']:<24}{r['access']:<15}{r['banks_hit']:>10}"
+                  f"{r['conflict_degree']:>16}-way" for r in self.rows]
+        return "\n".join(lines)
+
+
+def explain_banks(rows: int = 36, cols: int = 40) -> BankExplanation:
+    """Transpose a (rows, cols) float32 matrix, 1..64 each (sizes not multiples of 32 check the
+    edges), with :func:`transpose_naive_kernel` and with :func:`transpose_shared_kernel` at pitch
+    32 and 33, recording the shared-memory word of every access.
+
+    Returns:
+        A :class:`BankExplanation`: with 32 columns the column read of a warp hits 1 bank 32
+        times (32-way conflict), with 33 columns 32 banks once each; row writes never conflict.
+
+    Raises:
+        ValueError: rows or cols out of range.
+
+    Source: CUDA C Best Practices Guide, "Shared memory and memory banks"; NVIDIA's
+    "Efficient matrix transpose" (32 x 33 tile); study Figure 6 (shared memory efficiency).
+    """
+    rows = _check_positive_int("rows", rows, 1, 64)
+    cols = _check_positive_int("cols", cols, 1, 64)
+    a = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    got, _ = _transpose(a, "naive")
+    correct = {"naive": bool(np.array_equal(got, a.T))}
+    words, out = {}, []
+    for pitch in (TILE_DIM, TILE_DIM + 1):
+        got, rec = _transpose(a, "shared", pitch, record=True)
+        correct[pitch] = bool(np.array_equal(got, a.T))
+        words[pitch] = rec
+        layout = f"{TILE_DIM} x {pitch} ({'padded' if pitch > TILE_DIM else 'unpadded'})"
+        for k, access in ((0, "write a row"), (1, "read a column")):
+            full = [r for r in rec[k].reshape(-1, WARP) if (r >= 0).all()]
+            degrees = [conflict_degree(r) for r in full]
+            out.append({"layout": layout, "pitch": pitch, "access": access,
+                        "requests": len(full),
+                        "banks_hit": len(np.unique(full[0] % BANKS)) if full else 0,
+                        "conflict_degree": max(degrees) if degrees else 0,
+                        "mean_degree": float(np.mean(degrees)) if degrees else 0.0})
+    return BankExplanation((rows, cols), words, out, correct, timing.device_label("cuda"))
+
+
+
+def _branch_reference(x: np.ndarray, paths: np.ndarray, iters: int) -> np.ndarray:
+    """NumPy's result of :func:`branch_kernel` for given paths (float32 throughout)."""
+    a = x.astype(np.float32).copy()
+    b = a.copy()
+    for _ in range(iters):
+        a = a * np.float32(0.99) + np.float32(0.01)
+        b = np.sqrt(np.float32(0.5) * b * b + np.float32(1.0))
+    return np.where(paths == 0, a, b)
+
+
+def warp_efficiency(paths, warp: int = WARP) -> float:
+    """Warp execution efficiency of a two-way branch, in % : active lanes over 32 lanes for
+    every path a warp runs. A warp whose lanes all take one path runs it with 32 active lanes;
+    a warp split 16/16 runs both paths with 16 each (50 %). Entries < 0 are lanes with no
+    thread (the last warp of an n that is not a multiple of 32). Paths of equal length."""
+    p = np.asarray(paths).ravel()
+    p = np.concatenate([p, np.full((-len(p)) % warp, -1)]).reshape(-1, warp)
+    lanes = np.stack([(p == branch).sum(axis=1) for branch in (0, 1)])  # (2, warps) active
+    active, issued = int(lanes.sum()), warp * int((lanes > 0).sum())
+    return 100.0 * active / issued if issued else 0.0
+
+
+@dataclasses.dataclass
+class DivergenceExplanation:
+    """What :func:`explain_divergence` recorded: ``n`` threads, ``threads_per_block``, ``iters``
+    (loop length of each path); ``paths`` {"parity": int8 (n,), "warp": int8 (n,)}, the path (0
+    or 1) each thread recorded; ``rows``, one dict per variant: ``variant, branch_on, warps,
+    split_warps, efficiency_pct`` (warp execution efficiency, %, from the recorded paths);
+    ``correct`` {variant: bool}, outputs equal to NumPy's (rel. error < 1e-5; outputs poisoned
+    with NaN, paths with -1, before the launch); ``device``, where the kernel ran."""
+
+    n: int
+    threads_per_block: int
+    iters: int
+    paths: dict[str, np.ndarray]
+    rows: list[dict]
+    correct: dict
+    device: str
+
+    def __str__(self) -> str:
+        lines = [(f"{'branch on':<26}{'warps':>6}{'split warps':>13}"
+                  f"{'warp execution efficiency':>28}")]
+        lines += [f"{r['branch_on']:<26}{r['warps']:>6}{r['split_warps']:>13}"
+                  f"{r['efficiency_pct']:>27.1f}%" for r in self.rows]
+        return "\n".join(lines)
+
+
+_VARIANTS = {"parity": ("threadIdx.x % 2", 0), "warp": ("(threadIdx.x // 32) % 2", 1)}
+
+
+def explain_divergence(n: int = 128, iters: int = 8,
+                       threads_per_block: int = 64) -> DivergenceExplanation:
+    """Run :func:`branch_kernel` on ``n`` float32 values (1..SIMULATOR_MAX_THREADS threads,
+    ``iters`` 1..64, ``threads_per_block`` a multiple of 32 in 32..1024) with the branch on thread
+    parity and on the warp index; read back each thread's path; compute warp execution efficiency.
+
+    Returns:
+        A :class:`DivergenceExplanation`: 50 % for the parity branch (every warp runs both
+        paths with 16 lanes), 100 % for the warp branch (n a multiple of 32).
+
+    Raises:
+        ValueError: an argument out of range (the message names it).
+
+    Source: study Figure 6 (warp execution efficiency above 97 %, Theano-fft 66-81 %); CUDA C
+    Best Practices Guide, "Branching and divergence".
+    """
+    n = _check_positive_int("n", n, 1, SIMULATOR_MAX_THREADS)
+    iters = _check_positive_int("iters", iters, 1, 64)
+    threads_per_block = _check_positive_int("threads_per_block", threads_per_block, 32, 1024)
+    if threads_per_block % WARP:
+        raise ValueError(f"threads_per_block must be a multiple of 32 in 32..1024, got "
+                         f"{threads_per_block}")
+    x = np.random.default_rng(7).uniform(-2, 2, n).astype(np.float32)
+    paths, rows, correct = {}, [], {}
+    for variant, (label, by_warp) in _VARIANTS.items():
+        out = _device_copy(np.full(n, np.nan, np.float32))
+        path = _device_copy(np.full(n, -1, np.int8))
+        branch_kernel[math.ceil(n / threads_per_block), threads_per_block](
+            _device_copy(x), out, path, iters, by_warp)
+        out, path = out.copy_to_host(), path.copy_to_host()
+        ref = _branch_reference(x, path, iters)
+        err = np.abs(out.astype(np.float64) - ref) / np.maximum(np.abs(ref), 1e-6)
+        correct[variant] = bool((path >= 0).all() and np.isfinite(out).all() and err.max() < 1e-5)
+        paths[variant] = path
+        warps = np.concatenate([path, np.full((-n) % WARP, -1, np.int8)]).reshape(-1, WARP)
+        split = sum(1 for w in warps if len(set(w[w >= 0].tolist())) > 1)
+        rows.append({"variant": variant, "branch_on": label, "warps": math.ceil(n / WARP),
+                     "split_warps": split, "efficiency_pct": warp_efficiency(path)})
+    return DivergenceExplanation(n, threads_per_block, iters, paths, rows, correct,
+                                 timing.device_label("cuda"))
+
+
+
+def _row(experiment: str, variant: str, x, size: int, t, bytes_moved: int | None) -> dict:
+    return {"experiment": experiment, "variant": variant, "x": x, "size": size,
+            "median_ms": t.median_ms, "iqr_ms": t.iqr_s * 1e3,
+            "gb_s": (bytes_moved / t.median_s / 1e9) if bytes_moved else None,
+            "device": t.device, "device_kind": "cuda", "status": "ok"}
+
+
+def _require_gpu() -> None:
+    reason = gpu_refusal()
+    if reason:
+        raise GpuRequired(f"{reason}. recorded() gives the timings recorded in results/; to "
+                          f"record them on a GPU: {COMMAND}")
+
+
+def _cuda_tensor(shape, fill: str = "rand"):
+    t = (torch.rand(shape, device="cuda") if fill == "rand"
+         else torch.full(shape, float("nan"), device="cuda"))
+    return t, cuda.as_cuda_array(t)  # keep the tensor alive while the view is used
+
+
+def measure_coalescing(strides=(1, 2, 4, 8, 16, 32), n: int = 1 << 23,
+                       min_run_time: float = 0.1) -> list[dict]:
+    """Time :func:`strided_load_kernel` on the GPU at each stride (1..64): ``n`` threads
+    (1..2**26, 256 a block) each write one float32 of ``(n - 1) * stride + 1``; ``min_run_time``
+    seconds of timed calls by :func:`helpers.device.timing.benchmark` (median, synchronised).
+
+    Returns:
+        One row per stride: ``experiment`` "coalescing", ``variant`` "stride S", ``x`` S,
+        ``size`` n, ``median_ms``, ``iqr_ms``, ``gb_s`` (useful bytes, 4 read + 4 written per
+        element, over the median time), ``device``, ``device_kind`` "cuda", ``status`` "ok".
+
+    Raises:
+        GpuRequired: no GPU. ValueError: an argument out of range.
+
+    Source: study Figure 6 (global load efficiency).
+    """
+    strides = tuple(_check_positive_int("stride", s, 1, 64) for s in strides)
+    n = _check_positive_int("n", n, 1, 1 << 26)
+    _require_gpu()
+    rows = []
+    dst_t, dst = _cuda_tensor((n,), "nan")
+    grid = math.ceil(n / 256)
+    for s in strides:
+        src_t, src = _cuda_tensor(((n - 1) * s + 1,))
+
+        def call(src=src, s=s):
+            strided_load_kernel[grid, 256](src, dst, s)
+
+        t = timing.benchmark(call, device="cuda", label=f"stride {s}", min_run_time=min_run_time)
+        rows.append(_row("coalescing", f"stride {s}", s, n, t, 8 * n))
+        del src_t, src
+    del dst_t
+    return rows
+
+
+def measure_transpose(size: int = 8192, min_run_time: float = 0.1) -> list[dict]:
+    """Time the three transposes of a (size, size) float32 matrix on the GPU: naive (column
+    writes to global memory), shared tile of 32 columns (bank conflicts) and of 33 columns.
+    Three rows (``experiment`` "transpose"; ``variant`` "naive", "shared 32 x 32", "shared 32 x
+    33"; ``x`` the pitch or 0; ``gb_s``: 8 bytes an element over the median time); other keys
+    as :func:`measure_coalescing`. Raises GpuRequired without a GPU, ValueError for a size
+    outside 32..32768."""
+    size = _check_positive_int("size", size, 32, 32768)
+    _require_gpu()
+    src_t, src = _cuda_tensor((size, size))
+    dst_t, dst = _cuda_tensor((size, size), "nan")
+    rec_i = cuda.device_array((2, 1, 1, 1), np.int32)  # not written: rec = 0
+    grid = (math.ceil(size / TILE_DIM), math.ceil(size / TILE_DIM))
+    block = (TILE_DIM, BLOCK_ROWS)
+    shared = transpose_shared_kernel[grid, block]
+    calls = {
+        ("naive", 0): lambda: transpose_naive_kernel[grid, block](src, dst),
+        ("shared 32 x 32", 32): lambda: shared(src, dst, 32, rec_i, 0),
+        ("shared 32 x 33", 33): lambda: shared(src, dst, 33, rec_i, 0),
+    }
+    rows = []
+    for (variant, pitch), call in calls.items():
+        t = timing.benchmark(call, device="cuda", label=variant, min_run_time=min_run_time)
+        rows.append(_row("transpose", variant, pitch, size * size, t, 8 * size * size))
+    del src_t, dst_t
+    return rows
+
+
+def measure_divergence(n: int = 1 << 22, iters: int = 256, threads_per_block: int = 128,
+                       min_run_time: float = 0.1) -> list[dict]:
+    """Time :func:`branch_kernel` on the GPU with the branch on thread parity and on the warp
+    index (same work per thread, same memory traffic). Two rows (``experiment`` "divergence";
+    ``variant`` "parity", "warp"; ``x`` iters; ``gb_s`` None: compute-bound); other keys as
+    :func:`measure_coalescing`. Raises GpuRequired without a GPU, ValueError out of range."""
+    n = _check_positive_int("n", n, 1, 1 << 28)
+    iters = _check_positive_int("iters", iters, 1, 1 << 16)
+    threads_per_block = _check_positive_int("threads_per_block", threads_per_block, 32, 1024)
+    _require_gpu()
+    x_t, x = _cuda_tensor((n,))
+    out_t, out = _cuda_tensor((n,), "nan")
+    path = cuda.device_array(n, np.int8)
+    grid = math.ceil(n / threads_per_block)
+    rows = []
+    for variant, (_label, by_warp) in _VARIANTS.items():
+        def call(by_warp=by_warp):
+            branch_kernel[grid, threads_per_block](x, out, path, iters, by_warp)
+
+        t = timing.benchmark(call, device="cuda", label=variant, min_run_time=min_run_time)
+        rows.append(_row("divergence", variant, iters, n, t, None))
+    del x_t, out_t
+    return rows
+
+
+def measure(min_run_time: float = 0.1) -> list[dict]:
+    """The rows of :func:`measure_coalescing`, :func:`measure_transpose` and
+    :func:`measure_divergence` on this GPU at their default sizes. Raises GpuRequired without a
+    GPU (:func:`recorded` gives those recorded in ``results/``). Source: study Figure 6."""
+    _require_gpu()
+    return (measure_coalescing(min_run_time=min_run_time)
+            + measure_transpose(min_run_time=min_run_time)
+            + measure_divergence(min_run_time=min_run_time))
+
+
+def recorded(directory=None, *, every_gpu: bool = False) -> results.Recorded:
+    """The timings of :func:`measure` recorded in ``results/gpu_experiments_*`` (or
+    ``directory``): the newest recording's, or with ``every_gpu`` those of every GPU recorded.
+
+    Returns:
+        A :class:`helpers.results.Recorded`: rows as :func:`measure_coalescing` (``gb_s`` None
+        where it does not apply; ``device`` the GPU and date); its ``note`` names them or, with
+        no rows, says to run :data:`COMMAND` on a GPU. Never invents a time.
+    """
+    rec = results.recorded(PREFIX, COMMAND, directory=directory)
+    rows = [dict(r, gb_s=None if r.get("gb_s") in ("", None) else r["gb_s"]) for r in rec.rows]
+    sets = rec.datasets
+    if rows and not every_gpu:
+        sets = [max(sets, key=lambda ds: ds.date)]
+        rows = [r for r in rows if r["device"] == f"{sets[0].device}, {sets[0].date[:10]}"]
+    return results.Recorded(rows, sets, rec.command)
+
+
+def save_gpu_experiments(min_run_time: float = 0.1, directory=None) -> tuple:
+    """Write :func:`measure`'s rows on this GPU with :func:`helpers.results.save` as
+    ``gpu_experiments_<gpu>``. Returns the (csv, json) paths. Raises GpuRequired without a GPU."""
+    rows = measure(min_run_time)
+    name = PREFIX + results.slug(backend.info().gpu_name or "gpu")
+    return results.save(name, rows, command=COMMAND, directory=directory)
+
+
+def _print_timings(rows: list[dict]) -> None:
+    print(f"{'experiment':<12}{'variant':<18}{'median (ms)':>12}{'IQR (ms)':>10}{'GB/s':>10}")
+    for r in rows:
+        gb = "" if r["gb_s"] in (None, "") else f"{r['gb_s']:.1f}"
+        print(f"{r['experiment']:<12}{r['variant']:<18}{r['median_ms']:>12.4f}"
+              f"{r['iqr_ms']:>10.4f}{gb:>10}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.experiments.memory_access [--save]``: print the three explanations
+    (simulator or GPU), then the GPU timings: measured now on a GPU (``--save`` also writes
+    them to ``results/``), else those recorded in ``results/``. Returns 1 for ``--save``
+    without a GPU, else 0."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.experiments.memory_access",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--save", action="store_true",
+                        help=f"on a GPU, write the timings to results/{PREFIX}<gpu>")
+    args = parser.parse_args(argv)
+    for explanation in (explain_coalescing(), explain_banks(), explain_divergence()):
+        print(explanation, "\n")
+    reason = gpu_refusal()
+    if reason:
+        rec = recorded()
+        print(f"GPU timings: {rec.note}")
+        if rec:
+            _print_timings(rec.rows)
+        if args.save:
+            print(f"nothing saved: {reason}")
+        return int(args.save)
+    paths = save_gpu_experiments() if args.save else ()
+    _print_timings(results.load(paths[0].stem, paths[0].parent).rows if paths else measure())
+    if paths:
+        print("saved", *paths)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

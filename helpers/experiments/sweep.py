@@ -1,0 +1,477 @@
+"""The study's experiments as data, and the command that runs them.
+
+``python -m helpers.experiments.sweep --preset NAME --out FILE.csv`` measures every strategy of
+:data:`helpers.conv.STRATEGIES` on every device present over the study's one-parameter sweeps
+and Table I's layers (:data:`PRESETS`), with a progress bar, and writes one CSV row per (point,
+strategy, device) plus ``FILE.json`` describing the machine. A point a strategy cannot run
+(unsupported, the CUDA simulator, over the time or memory budget) is a row whose ``status``
+says why, never a gap. Notebook 06 runs and reads these experiments.
+
+Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters, kernel
+height = width, stride), plus input channels c and padding; kernels use the cuDNN paper's
+(N, C, H, W, K, R, S). The sweeps use c = 3 and padding 0 (the study does not state its input
+channels; see :data:`PRESETS`); Table I's layers use the channels :mod:`helpers.paper` states.
+
+Source: Li et al., ICPP 2016, Sections IV-B (Figure 3, runtime), V-B (Figure 5, memory), Table I.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from helpers import results
+from helpers.conv import (
+    STRATEGIES,
+    ConvConfig,
+    config_for,
+    conv2d,
+    conv2d_backward,
+    simulator_refusal,
+)
+from helpers.device import backend, memory, timing
+from helpers.paper import TABLE_I
+
+#: results/ file-name prefix of recorded runs of the 'paper' preset, and how to record one.
+PREFIX = "sweep_paper_"
+COMMAND = "python -m helpers.experiments.sweep --preset paper --out results/sweep_paper_<gpu>.csv"
+
+__all__ = ["recorded", "PREFIX", "COMMAND", "SweepPoint", "Preset", "PRESETS", "FIELDS", "measure", "estimate_seconds",
+           "refusal", "run_preset", "fastest_map", "findings", "main"]
+
+#: Columns of every row (units in the names; ``device`` names the CPU or GPU).
+FIELDS = ("preset", "sweep", "x", "layer", "b", "i", "f", "k", "s", "c", "padding", "strategy",
+          "family", "device", "pass", "median_ms", "iqr_ms", "gflop_per_s", "flops",
+          "workspace_bytes", "peak_bytes", "status")
+
+#: Assumed sustained rates in GFLOP/s (of each strategy's own FLOP count), used only to refuse
+#: points that would take too long before running them; never reported as measurements.
+#: Deliberately optimistic for the slow paths, so that a refusal is a safe call.
+ASSUMED_GFLOPS = {
+    "cpu": {"direct": 5.0, "unrolling": 40.0, "fft": 8.0, "library": 40.0},
+    "cuda": {"direct": 500.0, "unrolling": 5000.0, "fft": 2000.0, "library": 10000.0},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: which sweep, the swept value, and the layer (a :class:`ConvConfig`).
+
+    Attributes:
+        sweep: ``batch``, ``input``, ``filters``, ``kernel``, ``stride`` or ``table1``.
+        x: the swept parameter's value (the layer's index 1..5 for ``table1``).
+        cfg: the layer; ``cfg.name`` is Table I's layer name, or "" for sweep points.
+    """
+
+    sweep: str
+    x: int
+    cfg: ConvConfig
+
+    def fields(self) -> dict:
+        """The row fields in the study's symbols: sweep, x, layer, b, i, f, k, s, c, padding."""
+        b, i, f, k, s = self.cfg.study
+        return {"sweep": self.sweep, "x": self.x, "layer": self.cfg.name, "b": b, "i": i,
+                "f": f, "k": k, "s": s, "c": self.cfg.c, "padding": self.cfg.pad_h}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named set of sweeps: base tuple, ranges, Table I's batch, and how it relates to the study."""
+
+    name: str
+    base: tuple[int, int, int, int, int]
+    c: int
+    batch: range
+    input: range
+    filters: range
+    kernel: range
+    stride: range
+    table1_batch: int
+    note: str
+
+    def points(self) -> list[SweepPoint]:
+        """Every point of the five one-parameter sweeps, then Table I's layers.
+
+        Raises:
+            ValueError: a point that is not a valid layer (as :meth:`ConvConfig.from_study`).
+        """
+        b, i, f, k, s = self.base
+        pts = []
+        for sweep, values in (("batch", self.batch), ("input", self.input),
+                              ("filters", self.filters), ("kernel", self.kernel),
+                              ("stride", self.stride)):
+            for v in values:
+                t = dict(b=b, i=i, f=f, k=k, s=s)
+                t[{"batch": "b", "input": "i", "filters": "f", "kernel": "k", "stride": "s"}[sweep]] = v
+                pts.append(SweepPoint(sweep, v, ConvConfig.from_study(c=self.c, **t)))
+        for n, layer in enumerate(TABLE_I, start=1):
+            pts.append(SweepPoint("table1", n, layer.with_batch(self.table1_batch)))
+        return pts
+
+
+#: The presets. Input channels: the study does not state them. Its base (64, 128, 64, 11, 1)
+#: has the shape of a first layer (convnet-benchmarks' L1, Table I's Conv1, is
+#: (128, 128, 96, 11, 1) on RGB input), so the sweeps use c = 3, padding 0.
+#:
+#: * ``paper``: the study's ranges around its base, forward + backward as in its Figure 3:
+#:   batch 32..512 step 32, input 32..256 step 16, filters 32..512 step 16; the study names no
+#:   ranges for kernel size and stride, so kernel 1..15 (odd) and stride 1..4 are our choice;
+#:   and Table I's five layers at batch 128. For a GPU.
+#: * ``paper-small``: the same sweeps scaled so that every strategy finishes on a 2-core CPU in
+#:   a few minutes: base (2, 32, 16, 11, 1); batch 1..16 (the study's /32), input 16..64 step 4
+#:   (/4, from 16 so the 11 x 11 kernel fits), filters 8..128 step 8 (/4), kernel 1..15 (odd),
+#:   stride 1..4, Table I at batch 1.
+PRESETS: dict[str, Preset] = {
+    "paper": Preset(
+        "paper", (64, 128, 64, 11, 1), 3, range(32, 513, 32), range(32, 257, 16),
+        range(32, 513, 16), range(1, 16, 2), range(1, 5), 128,
+        "the study's sweeps around (64, 128, 64, 11, 1), C = 3; Table I at batch 128"),
+    "paper-small": Preset(
+        "paper-small", (2, 32, 16, 11, 1), 3, range(1, 17), range(16, 65, 4),
+        range(8, 129, 8), range(1, 16, 2), range(1, 5), 1,
+        "the study's sweeps scaled for a CPU: base (2, 32, 16, 11, 1), C = 3, batch /32, "
+        "input /4, filters /4; Table I at batch 1"),
+}
+
+
+def estimate_seconds(cfg: ConvConfig, strategy: str, device: str, backward: bool = True) -> float:
+    """A rough estimate of one call's time in seconds, from the strategy's FLOPs and
+    :data:`ASSUMED_GFLOPS` (an assumption for refusing points, not a measurement)."""
+    strat = STRATEGIES[strategy]
+    rate = ASSUMED_GFLOPS["cuda" if device == "cuda" else "cpu"][strat.family]
+    return strat.flops(cfg, backward) / (rate * 1e9)
+
+
+def _memory_needed(cfg: ConvConfig, strategy: str, backward: bool) -> int:
+    tensors = 4 * (np.prod(cfg.x_shape) + np.prod(cfg.w_shape) + np.prod(cfg.y_shape))
+    ws = STRATEGIES[strategy].workspace_bytes(cfg, backward) or 0
+    return int(tensors * (2 if backward else 1) + ws)
+
+
+def _memory_available(device: str) -> int:
+    if device == "cuda" and backend.MODE == "gpu":
+        free, _ = torch.cuda.mem_get_info()
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
+            budget_s: float = 2.0) -> str | None:
+    """Why ``strategy`` should not be measured at ``cfg`` on ``device``, or None.
+
+    In order: the strategy has no code for the device or does not support the configuration
+    (its own reason); the CUDA simulator (correctness only: its times mean nothing); the
+    estimated time of one call over ``budget_s`` seconds (:func:`estimate_seconds`); the
+    tensors plus analytic workspace over half the memory available on the device.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    strat = STRATEGIES[strategy]
+    reason = strat.supports(cfg, device)
+    if reason:
+        return reason
+    if device == "cuda" and backend.MODE != "gpu":
+        return "CUDA simulator: correctness only, its timings are meaningless"
+    est = estimate_seconds(cfg, strategy, device, backward)
+    if est > budget_s:
+        rate = ASSUMED_GFLOPS["cuda" if device == "cuda" else "cpu"][strat.family]
+        return (f"refused: about {strat.flops(cfg, backward) / 1e9:.1f} GFLOP at an assumed "
+                f"{rate:g} GFLOP/s is about {est:.1f} s a call, over the {budget_s:g} s budget")
+    need, avail = _memory_needed(cfg, strategy, backward), _memory_available(device)
+    if need > avail // 2:
+        return (f"refused: needs about {need / 2**20:,.0f} MiB (tensors + workspace), over half "
+                f"of the {avail / 2**20:,.0f} MiB available on {device}")
+    return None
+
+
+def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
+            min_run_time: float = 0.05, measure_memory: bool = True, budget_s: float = 2.0,
+            seed: int = 0) -> dict:
+    """Time one strategy at one configuration, or say why not.
+
+    Args:
+        cfg: the configuration (:func:`helpers.conv.config_for`).
+        strategy: a key of :data:`STRATEGIES`.
+        device: ``"cpu"`` or ``"cuda"``.
+        backward: time forward + backward (the study's Figure 3) instead of forward only.
+        min_run_time: seconds of timed calls (:func:`helpers.device.timing.benchmark`, >= 2 calls).
+        measure_memory: also measure the call's peak memory (:func:`helpers.device.memory.peak_memory`).
+        budget_s: refuse, without running, a call estimated to take longer (seconds).
+        seed: seed of the random float32 inputs.
+
+    Returns:
+        dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
+        ``iqr_ms``, ``gflop_per_s`` (the strategy's FLOPs over the median), ``flops``,
+        ``workspace_bytes`` (analytic; None if unknown), ``peak_bytes`` (measured; None if not
+        measured), ``status`` (``"ok"``, or why nothing was measured: :func:`refusal`, or the
+        error the call raised). Never raises for a configuration it cannot run.
+
+    Raises:
+        ValueError: an unknown strategy or device.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    strat = STRATEGIES.get(strategy)
+    if strat is None:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    row = {"strategy": strategy, "family": strat.family, "device": timing.device_label(device),
+           "pass": "forward+backward" if backward else "forward", "median_ms": None,
+           "iqr_ms": None, "gflop_per_s": None, "flops": strat.flops(cfg, backward),
+           "workspace_bytes": strat.workspace_bytes(cfg, backward), "peak_bytes": None,
+           "status": "ok"}
+    reason = refusal(cfg, strategy, device, backward, budget_s)
+    if reason is None and device == "cuda":
+        reason = simulator_refusal(strat, cfg, backward)
+    if reason:
+        row["status"] = reason
+        return row
+    rng = np.random.default_rng(seed)
+    where = torch.device("cuda") if device == "cuda" else torch.device("cpu")
+    x, w, dy = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(where)
+                for shape in (cfg.x_shape, cfg.w_shape, cfg.y_shape))
+    stride, padding = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
+
+    def call():
+        conv2d(x, w, stride, padding, strategy, device)
+        if backward:
+            conv2d_backward(x, w, dy, stride, padding, strategy, device)
+
+    try:
+        t = timing.benchmark(call, device=device, label=strategy, min_run_time=min_run_time)
+        if measure_memory:
+            row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
+    except (ValueError, RuntimeError, MemoryError) as exc:
+        row["status"] = f"failed: {type(exc).__name__}: {exc}"
+        return row
+    row.update(median_ms=t.median_ms, iqr_ms=t.iqr_s * 1e3,
+               gflop_per_s=row["flops"] / t.median_s / 1e9)
+    return row
+
+
+def run_preset(preset: str | Preset, devices: list[str] | None = None,
+               strategies: list[str] | None = None, min_run_time: float = 0.05,
+               budget_s: float = 2.0, progress: bool = True) -> list[dict]:
+    """Run every (point, strategy, device) of a preset; rows with the keys of :data:`FIELDS`.
+
+    Args:
+        preset: a key of :data:`PRESETS` or a :class:`Preset`.
+        devices: default the CPU, and ``cuda`` (the GPU, or rows saying the simulator cannot
+            time it).
+        strategies: default all of :data:`STRATEGIES`.
+        min_run_time, budget_s: as :func:`measure`.
+        progress: show a tqdm progress bar.
+
+    Raises:
+        ValueError: an unknown preset, strategy or device.
+    """
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+        preset = PRESETS[preset]
+    names = list(strategies or STRATEGIES)
+    devs = list(devices or ["cpu", "cuda"])
+    jobs = [(p, n, d) for p in preset.points() for n in names for d in devs]
+    rows = []
+    for point, name, device in tqdm(jobs, desc=f"sweep {preset.name}", unit=" runs",
+                                    disable=not progress):
+        base = {"preset": preset.name, **point.fields()}
+        rows.append({**base, **measure(point.cfg, name, device, True, min_run_time, True,
+                                       budget_s)})
+    return [{k: r[k] for k in FIELDS} for r in rows]
+
+
+def recorded(**match) -> results.Recorded:
+    """Rows of every recorded GPU run of the 'paper' preset (``results/sweep_paper_*``), each
+    labelled with its GPU and date, filtered by ``match`` (e.g. ``status="ok"``)."""
+    return results.recorded(PREFIX, COMMAND, **match)
+
+
+def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
+                strategies: list[str] | None = None, device: str = "cpu",
+                min_run_time: float = 0.02, budget_s: float = 1.0,
+                progress: bool = False) -> tuple[list[dict], list[list[str | None]]]:
+    """Which strategy is fastest (forward + backward) over a grid of kernel size x input size.
+
+    Args:
+        kernels: kernel sizes k (rows of the map). inputs: input sizes i (columns).
+        base: the other parameters (b, i, f, k, s); i and k are replaced from the grid.
+        c: input channels. strategies: default those with code for ``device``.
+        device, min_run_time, budget_s: as :func:`measure`.
+
+    Returns:
+        (rows, winners): every :func:`measure` row (with ``k`` and ``i`` added), and
+        ``winners[row][col]``, the fastest strategy's name for ``kernels[row]`` x
+        ``inputs[col]``, or None where the kernel does not fit the input or nothing was measured.
+
+    Source: the study's Figure 3 (d): cuDNN fastest under 7 x 7 kernels, fbfft above.
+    """
+    names = strategies or [n for n, st in STRATEGIES.items() if device in st.devices]
+    b, _, f, _, s = base
+    rows, winners = [], []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(kernels) * len(inputs) * len(names), desc="fastest map",
+               unit=" runs", disable=not progress)
+    for k in kernels:
+        line = []
+        for i in inputs:
+            best = None
+            try:
+                cfg = config_for((b, c, i, i), (f, c, k, k), s)
+            except ValueError:
+                bar.update(len(names))
+                line.append(None)
+                continue
+            for name in names:
+                row = dict(measure(cfg, name, device, True, min_run_time, False, budget_s), k=k, i=i)
+                rows.append(row)
+                bar.update()
+                if row["median_ms"] is not None and (best is None or
+                                                     row["median_ms"] < best["median_ms"]):
+                    best = row
+            line.append(best["strategy"] if best else None)
+        winners.append(line)
+    bar.close()
+    return rows, winners
+
+
+def _median_of(rows: list[dict], **match) -> dict[str, float]:
+    """{strategy: median_ms} over the measured rows matching ``match`` (one point each)."""
+    return {r["strategy"]: r["median_ms"] for r in rows
+            if r.get("median_ms") not in (None, "") and all(r.get(k) == v for k, v in match.items())}
+
+
+def findings(rows: list[dict]) -> list[dict]:
+    """The study's main findings, each checked against a sweep's rows.
+
+    Args:
+        rows: rows of :func:`run_preset` (or loaded from its CSV) for one device.
+
+    Returns:
+        One dict per finding: ``finding``, ``study`` (what the study reported, in its words),
+        ``here`` (what these rows show, computed from them), ``agrees`` (True, False, or None
+        when the rows cannot tell).
+
+    Source: Li et al., ICPP 2016, Section IV-A (Figures 3 and 5) and Section V.
+    """
+    out = []
+    kernel = [r for r in rows if r["sweep"] == "kernel" and r["status"] == "ok"]
+    ks = sorted({r["k"] for r in kernel})
+
+    def ratio(k):
+        """fft's time over the library's at kernel size k, or None."""
+        m = _median_of(kernel, k=k)
+        return m["fft"] / m["reference"] if "fft" in m and "reference" in m else None
+
+    large = [(k, ratio(k)) for k in ks if k > 7 and ratio(k) is not None]
+    small = [(k, ratio(k)) for k in ks if k < 7 and ratio(k) is not None]
+    out.append({
+        "finding": "FFT beats the library for large kernels",
+        "study": "above 7 x 7, fbfft beat cuDNN by 1.15x to 19x",
+        "here": (", ".join(f"k={k}: fft/library {q:.2f}" for k, q in large) or "no kernel > 7"),
+        "agrees": all(q < 1 for _, q in large) if large else None})
+    out.append({
+        "finding": "The library beats FFT for small kernels",
+        "study": "under 7 x 7, cuDNN beat fbfft by 1.21x to 2.62x",
+        "here": (", ".join(f"k={k}: fft/library {q:.2f}" for k, q in small) or "no kernel < 7"),
+        "agrees": all(q > 1 for _, q in small) if small else None})
+    stride = [r for r in rows if r["sweep"] == "stride" and r["status"] == "ok"]
+    s_vals = sorted({r["s"] for r in stride})
+    if len(s_vals) >= 2:
+        lo, hi = s_vals[0], s_vals[-1]
+        f_lo, f_hi = _median_of(stride, s=lo).get("fft"), _median_of(stride, s=hi).get("fft")
+        r_lo, r_hi = (_median_of(stride, s=lo).get("reference"),
+                      _median_of(stride, s=hi).get("reference"))
+        here = (f"from stride {lo} to {hi}, fft's time x{f_hi / f_lo:.2f}, the library's "
+                f"x{r_hi / r_lo:.2f}" if f_lo and f_hi and r_lo and r_hi else "not measured")
+        at_hi = _median_of(stride, s=hi)
+        fastest_hi = min(at_hi, key=at_hi.get) if at_hi else None
+        agrees = None if not (f_lo and f_hi and r_lo and r_hi) else (f_hi / f_lo > r_hi / r_lo)
+        out.append({
+            "finding": "FFT only pays at stride 1",
+            "study": "fbfft and Theano-fft support stride 1 only; cuDNN was best for stride > 1",
+            "here": here + f"; fastest at stride {hi}: {fastest_hi}",
+            "agrees": agrees})
+    by_point: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["sweep"] != "table1" and r.get("workspace_bytes") not in (None, ""):
+            by_point.setdefault((r["sweep"], r["x"]), {})[r["strategy"]] = float(r["workspace_bytes"])
+    if by_point:
+        top = [max(m, key=m.get) for m in by_point.values()]
+        n_fft = sum(t == "fft" for t in top)
+        out.append({
+            "finding": "FFT is the most memory-hungry",
+            "study": "fbfft used the most memory, 1,632 MB to 10,866 MB (Fig. 5)",
+            "here": (f"fft has the largest analytic workspace at {n_fft} of {len(top)} points "
+                     f"(im2col-gemm at {top.count('im2col-gemm')})"),
+            "agrees": n_fft > len(top) / 2})
+    base_rows = [r for r in rows if r["sweep"] == "kernel" and r["strategy"] == "im2col-gemm"
+                 and r.get("workspace_bytes") not in (None, "")]
+    if base_rows:
+        r = max(base_rows, key=lambda r: r["k"])
+        x_bytes = 4 * r["b"] * r["c"] * r["i"] * r["i"]
+        fwd_cols = float(r["workspace_bytes"]) / 2  # the backward pass holds cols and dcols
+        out.append({
+            "finding": "Unrolling needs a k*k-times larger buffer",
+            "study": "im2col's buffer is up to k*k times the input",
+            "here": (f"k={r['k']}: the im2col buffer is {fwd_cols / x_bytes:.1f}x the input "
+                     f"(k*k = {r['k'] ** 2})"),
+            "agrees": fwd_cols / x_bytes > 1})
+    return out
+
+
+def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, seconds: float) -> pathlib.Path:
+    """Write the rows to ``path`` and the machine's description to ``path`` with ``.json``."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = {"name": path.stem, "preset": preset.name, "scale": preset.note,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": "python -m helpers.experiments.sweep " + " ".join(sys.argv[1:]),
+            "seconds": round(seconds, 1), "rows": len(rows),
+            "environment": backend.info().as_dict()}
+    json_path = path.with_suffix(".json")
+    json_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return json_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.experiments.sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--out", required=True, help="CSV file to write (a .json is written beside it)")
+    parser.add_argument("--budget", type=float, default=2.0,
+                        help="refuse points estimated to take longer than this many seconds a call")
+    parser.add_argument("--min-run-time", type=float, default=0.05,
+                        help="seconds of timed calls per point (at least 2 calls)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+    print(f"{preset.name}: {preset.note}")
+    print(f"kernels: {backend.info().device_label}")
+    start = time.perf_counter()
+    rows = run_preset(preset, min_run_time=args.min_run_time, budget_s=args.budget,
+                      progress=not args.no_progress)
+    seconds = time.perf_counter() - start
+    json_path = write_csv(rows, args.out, preset, seconds)
+    measured = sum(r["status"] == "ok" for r in rows)
+    print(f"{len(rows)} rows ({measured} measured, {len(rows) - measured} with the reason "
+          f"they were not) in {seconds:.0f} s: {args.out}, {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

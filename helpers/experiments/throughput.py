@@ -1,0 +1,471 @@
+"""CPU vs GPU throughput: memory-bound elementwise work (GB/s) and compute-bound GEMM (GFLOP/s).
+
+Two experiments, each a list of rows (dicts) ready for a chart or a CSV, taught in notebook 01:
+:func:`elementwise_sweep` (ReLU reads n and writes n elements, SAXPY reads 2n and writes n; in
+GB/s of memory traffic) and :func:`gemm_sweep` (square C = A @ B, n x n, 2 n^3 FLOPs; in
+GFLOP/s). Backends (:func:`backends_for`): on the CPU NumPy and torch; on a GPU torch (cuBLAS
+and torch's elementwise kernels) and our Numba CUDA kernels from :mod:`helpers.elementwise`.
+Data is placed on the device first, so host-device transfers are not timed. Sizes that would
+take too long are rows whose ``status`` gives the estimate, not silent gaps.
+
+Command line (:func:`main`): ``python -m helpers.experiments.throughput --out results``.
+
+Source: the workbook's CPU-vs-GPU sources ("How GPUs accelerate deep learning"; "Why GPUs are
+important in deep learning?"), and the roofline model (Williams, Waterman, Patterson, 2009).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from helpers import elementwise as ew
+from helpers import results
+from helpers.device import backend
+from helpers.device.timing import benchmark, device_label
+from helpers.paper import TABLE_I, im2col_gemm
+
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "DTYPES",
+    "backends_for",
+    "elementwise_sweep",
+    "gemm_sweep",
+    "log_sizes",
+    "check_sizes",
+    "measured_bandwidth",
+    "bandwidth_peaks",
+    "rooflines",
+    "recorded",
+    "PREFIX",
+    "COMMAND",
+    "main",
+]
+
+#: results/ file-name prefix of recorded runs, and the command that records one (on a GPU).
+PREFIX = "01_throughput_"
+COMMAND = "python -m helpers.experiments.throughput --out results"
+
+#: Elementwise operations: name -> (arrays read, arrays written, FLOPs per element).
+ELEMENTWISE_OPS = {"relu": (1, 1, 1), "saxpy": (2, 1, 2)}
+
+#: dtypes offered: name -> bytes per element.
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+#: (backend, experiment) -> dtypes it supports. NumPy has no bfloat16 and no float16 BLAS;
+#: our Numba kernels are written for float32.
+_SUPPORTED = {
+    ("numpy", "elementwise"): {"float32", "float16"},
+    ("numpy", "gemm"): {"float32"},
+    ("torch", "elementwise"): {"float32", "float16", "bfloat16"},
+    ("torch", "gemm"): {"float32", "float16", "bfloat16"},
+    ("numba", "elementwise"): {"float32"},
+}
+
+
+def backends_for(device: str, experiment: str) -> list[str]:
+    """Backends measured on ``device`` (``"cpu"`` or ``"cuda"``) for ``"elementwise"`` or ``"gemm"``.
+
+    On ``"cuda"`` the list is empty unless a real GPU is present: under the Numba CUDA
+    simulator no GPU rows are measured (they would time a Python interpreter).
+    """
+    if experiment not in ("elementwise", "gemm"):
+        raise ValueError(f"experiment must be 'elementwise' or 'gemm', got {experiment!r}")
+    if device == "cpu":
+        return ["numpy", "torch"]
+    if device == "cuda":
+        if backend.MODE != "gpu":
+            return []
+        return ["torch", "numba"] if experiment == "elementwise" else ["torch"]
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def log_sizes(lo: float, hi: float, per_decade: int = 1) -> list[int]:
+    """Integer sizes from lo to hi, evenly spaced on a log scale, ``per_decade`` per factor 10."""
+    lo, hi = int(lo), int(hi)
+    if lo < 1 or hi < lo:
+        raise ValueError(f"need 1 <= lo <= hi, got lo={lo}, hi={hi}")
+    steps = max(1, round(math.log10(hi / lo) * per_decade)) if hi > lo else 0
+    sizes = sorted({round(lo * (hi / lo) ** (j / steps)) for j in range(steps + 1)} if steps else {lo})
+    return sizes
+
+
+def _bytes_per_size(experiment: str, op: str, n: int, itemsize: int) -> int:
+    """Memory one point needs: the operands (elementwise n elements per array; GEMM three
+    n x n matrices) plus the float32 host arrays they are generated from."""
+    if experiment == "elementwise":
+        reads, writes, _ = ELEMENTWISE_OPS[op]
+        return (reads + writes) * n * itemsize + 2 * n * 4
+    return 3 * n * n * itemsize + 2 * n * n * 4
+
+
+def memory_limit_bytes(device: str) -> int:
+    """How much memory a sweep may use on ``device``: half the available RAM on the CPU, 80% of
+    the free GPU memory on a GPU."""
+    if device == "cuda" and backend.MODE == "gpu":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return int(free * 0.8)
+    import psutil
+
+    return int(psutil.virtual_memory().available * 0.5)
+
+
+def check_sizes(experiment: str, op: str, lo: int, hi: int, dtype: str, device: str) -> None:
+    """Refuse a size range up front with the reason: what a widget shows instead of a chart.
+
+    Args:
+        experiment: ``"elementwise"`` (sizes are elements) or ``"gemm"`` (sizes are n of n x n).
+        op: ``"relu"`` or ``"saxpy"`` for elementwise; ignored for GEMM.
+        lo, hi: smallest and largest size.
+        dtype: a key of :data:`DTYPES`.
+        device: ``"cpu"`` or ``"cuda"``.
+
+    Raises:
+        ValueError: sizes below 1, lo > hi, unknown op or dtype, or operands for ``hi`` larger
+            than :func:`memory_limit_bytes` (the message gives both numbers).
+    """
+    if experiment not in ("elementwise", "gemm"):
+        raise ValueError(f"experiment must be 'elementwise' or 'gemm', got {experiment!r}")
+    if experiment == "elementwise" and op not in ELEMENTWISE_OPS:
+        raise ValueError(f"op must be one of {sorted(ELEMENTWISE_OPS)}, got {op!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    what = "elements" if experiment == "elementwise" else "matrix size n"
+    for name, v in (("smallest size", lo), ("largest size", hi)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise ValueError(f"{name} must be a whole number of {what}, got {v!r}")
+        if v < 1:
+            raise ValueError(f"{name} must be at least 1 ({what}), got {v}")
+    if lo > hi:
+        raise ValueError(f"smallest size ({lo:,}) must not exceed largest size ({hi:,})")
+    need = _bytes_per_size(experiment, op, hi, DTYPES[dtype])
+    limit = memory_limit_bytes(device)
+    if need > limit:
+        where = device_label(device)
+        raise ValueError(
+            f"size {hi:,} needs {need / 2**30:.1f} GiB for its arrays in {dtype}, more than the "
+            f"{limit / 2**30:.1f} GiB this sweep may use on {where}. Choose a smaller largest size.")
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+
+
+def _elementwise_call(op: str, name: str, n: int, dtype: str, device: str) -> Callable[[], object]:
+    """Allocate operands for one point and return the call to time."""
+    rng = np.random.default_rng(n)
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    y_host = rng.standard_normal(n, dtype=np.float32)
+    a = 2.0
+    if name == "numpy":
+        x, y = x_host.astype(dtype), y_host.astype(dtype)
+        out = np.empty_like(x)
+        if op == "relu":
+            return lambda: np.maximum(x, 0, out=out)
+
+        def saxpy():
+            np.multiply(x, a, out=out)
+            np.add(out, y, out=out)
+        return saxpy
+    if name == "torch":
+        import torch
+
+        dev = "cuda" if device == "cuda" else "cpu"
+        x = torch.from_numpy(x_host).to(dev, _torch_dtype(dtype))
+        y = torch.from_numpy(y_host).to(dev, _torch_dtype(dtype))
+        out = torch.empty_like(x)
+        if op == "relu":
+            return lambda: torch.clamp_min(x, 0, out=out)
+        return lambda: torch.add(y, x, alpha=a, out=out)
+    if name == "numba":
+        from numba import cuda
+
+        d_x, d_y = cuda.to_device(x_host), cuda.to_device(y_host)
+        d_out = cuda.device_array_like(d_x)
+        blocks, tpb = ew.launch_config(n, 256)
+        if op == "relu":
+            return lambda: ew.relu_kernel[blocks, tpb](d_x, d_out)
+        return lambda: ew.saxpy_kernel[blocks, tpb](np.float32(a), d_x, d_y, d_out)
+    raise ValueError(f"unknown backend {name!r}")
+
+
+def _gemm_call(name: str, n: int, dtype: str, device: str) -> Callable[[], object]:
+    rng = np.random.default_rng(n)
+    a_host = rng.standard_normal((n, n), dtype=np.float32)
+    b_host = rng.standard_normal((n, n), dtype=np.float32)
+    if name == "numpy":
+        a, b = a_host.astype(dtype), b_host.astype(dtype)
+        out = np.empty_like(a)
+        return lambda: np.matmul(a, b, out=out)
+    if name == "torch":
+        import torch
+
+        dev = "cuda" if device == "cuda" else "cpu"
+        a = torch.from_numpy(a_host).to(dev, _torch_dtype(dtype))
+        b = torch.from_numpy(b_host).to(dev, _torch_dtype(dtype))
+        out = torch.empty_like(a)
+        return lambda: torch.matmul(a, b, out=out)
+    raise ValueError(f"unknown backend {name!r} for GEMM")
+
+
+def _row(experiment, op, name, device, dtype, n, timing=None, status="ok") -> dict:
+    itemsize = DTYPES[dtype]
+    if experiment == "elementwise":
+        reads, writes, flops_per = ELEMENTWISE_OPS[op]
+        moved, flops = (reads + writes) * n * itemsize, flops_per * n
+    else:
+        moved, flops = 3 * n * n * itemsize, 2 * n**3
+    row = {
+        "experiment": experiment, "op": op, "backend": name, "device_kind": device,
+        "device": device_label(device), "dtype": dtype, "size": n,
+        "bytes": moved, "flops": flops,
+        "median_s": math.nan, "iqr_s": math.nan, "min_s": math.nan, "max_s": math.nan,
+        "repeats": 0, "gb_s": math.nan, "gflop_s": math.nan, "status": status,
+    }
+    if timing is not None:
+        row.update(median_s=timing.median_s, iqr_s=timing.iqr_s, min_s=timing.min_s,
+                   max_s=timing.max_s, repeats=timing.repeats,
+                   gb_s=moved / timing.median_s / 1e9, gflop_s=flops / timing.median_s / 1e9)
+    return row
+
+
+def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str], dtype: str,
+           min_run_time: float, point_budget_s: float, progress: bool,
+           backends: Iterable[str] | None) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    sizes = sorted(int(n) for n in sizes)
+    backends = None if backends is None else set(backends)
+    power = 1 if experiment == "elementwise" else 3
+    jobs = []
+    for device in devices:
+        for name in backends_for(device, experiment):
+            if backends is None or name in backends:
+                jobs.append((device, name))
+    rows: list[dict] = []
+    bar = tqdm(total=len(jobs) * len(sizes), desc=f"{experiment} {op}", disable=not progress,
+               leave=False)
+    try:
+        for device, name in jobs:
+            if dtype not in _SUPPORTED[(name, experiment)]:
+                for n in sizes:
+                    rows.append(_row(experiment, op, name, device, dtype, n,
+                                     status=f"unsupported: {name} has no {dtype} {experiment}"))
+                    bar.update()
+                continue
+            last = None  # (size, seconds per call)
+            for n in sizes:
+                if last is not None:
+                    estimate = last[1] * (n / last[0]) ** power
+                    # blocked_autorange runs at least ~3 calls plus warm-up
+                    if 4 * estimate + min_run_time > point_budget_s:
+                        rows.append(_row(experiment, op, name, device, dtype, n, status=(
+                            f"skipped: estimated {estimate:.2g} s per call from size "
+                            f"{last[0]:,}, over the {point_budget_s:g} s budget per point")))
+                        bar.update()
+                        continue
+                check_sizes(experiment, op, n, n, dtype, device)
+                call = (_elementwise_call(op, name, n, dtype, device) if experiment == "elementwise"
+                        else _gemm_call(name, n, dtype, device))
+                t = benchmark(call, device=device, label=f"{name} {op} n={n}",
+                              min_run_time=min_run_time)
+                rows.append(_row(experiment, op, name, device, dtype, n, t))
+                last = (n, t.median_s)
+                del call
+                bar.update()
+    finally:
+        bar.close()
+    return rows
+
+
+def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("cpu",),
+                      dtype: str = "float32", min_run_time: float = 0.05,
+                      point_budget_s: float = 3.0, progress: bool = True,
+                      backends: Iterable[str] | None = None) -> list[dict]:
+    """Measure ReLU or SAXPY over sizes on each device and backend.
+
+    Args:
+        op: ``"relu"`` or ``"saxpy"``.
+        sizes: element counts, >= 1.
+        devices: any of ``"cpu"``, ``"cuda"`` (``"cuda"`` measures only on a real GPU).
+        dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``; unsupported backend/dtype pairs
+            give rows with that status.
+        min_run_time: seconds of timed calls per point (see :func:`helpers.device.timing.benchmark`).
+        point_budget_s: sizes are measured in increasing order, and a size whose cost,
+            estimated from the last measured size, exceeds this many seconds is skipped (so
+            are the larger ones after it): its row's ``status`` gives the estimate.
+        progress: show a progress bar.
+        backends: restrict to these backends (default: all for the device).
+
+    Returns:
+        One row per (device, backend, size): ``experiment, op, backend, device_kind, device,
+        dtype, size, bytes`` (memory traffic), ``flops``, ``median_s, iqr_s, min_s, max_s,
+        repeats, gb_s`` (traffic / median, 1e9 bytes/s), ``gflop_s, status`` (``"ok"`` or why
+        the point was not measured).
+
+    Raises:
+        ValueError: unknown op, dtype or device, or sizes that do not fit in memory.
+    """
+    sizes, devices = list(sizes), list(devices)
+    if not sizes:
+        raise ValueError("sizes must not be empty")
+    for device in devices:
+        check_sizes("elementwise", op, min(sizes), max(sizes), dtype, device)
+    return _sweep("elementwise", op, sizes, devices, dtype, min_run_time, point_budget_s,
+                  progress, backends)
+
+
+def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: str = "float32",
+               min_run_time: float = 0.05, point_budget_s: float = 3.0, progress: bool = True,
+               backends: Iterable[str] | None = None) -> list[dict]:
+    """Measure square GEMM (n x n times n x n) over sizes n, in GFLOP/s (2 n^3 FLOPs per call).
+
+    Arguments and rows as :func:`elementwise_sweep` (``op`` is ``"gemm"``, ``bytes`` is
+    ``3 n^2`` elements: A and B read once, C written once).
+    """
+    sizes, devices = list(sizes), list(devices)
+    if not sizes:
+        raise ValueError("sizes must not be empty")
+    for device in devices:
+        check_sizes("gemm", "gemm", min(sizes), max(sizes), dtype, device)
+    return _sweep("gemm", "gemm", sizes, devices, dtype, min_run_time, point_budget_s,
+                  progress, backends)
+
+
+def measured_bandwidth(rows: list[dict], device_kind: str = "cpu") -> float | None:
+    """Best measured GB/s (as bytes/s) at the largest elementwise size, far beyond the caches:
+    the device's achievable memory bandwidth. None if no such row was measured."""
+    ok = [r for r in rows if r["experiment"] == "elementwise" and r["status"] == "ok"
+          and r["device_kind"] == device_kind]
+    if not ok:
+        return None
+    largest = max(r["size"] for r in ok)
+    return max(r["gb_s"] for r in ok if r["size"] == largest) * 1e9
+
+
+def recorded(prefix: str = PREFIX, **match) -> results.Recorded:
+    """The GPU rows of every recorded run (``results/01_throughput_*``), each labelled with its
+    GPU and date, filtered by ``match`` (e.g. ``op="relu", dtype="float32"``); its
+    ``datasets`` carry each GPU's datasheet peaks for :func:`bandwidth_peaks` and
+    :func:`rooflines`."""
+    return results.recorded(prefix, COMMAND, **match)
+
+
+def _gpu_environments(references) -> list[dict]:
+    """The environment of the GPU here, or of the GPUs that made the reference datasets
+    (a :class:`helpers.results.Recorded` or a list of datasets)."""
+    if backend.MODE == "gpu":
+        return [backend.info().as_dict()]
+    datasets = references.datasets if isinstance(references, results.Recorded) else references
+    return [ds.meta.get("environment", {}) for ds in datasets]
+
+
+def bandwidth_peaks(references=(), cpu_rows: list[dict] = ()) -> list[tuple[str, float]]:
+    """(label, bytes/s) lines for a throughput chart: the CPU's measured bandwidth (from
+    ``cpu_rows``) and the datasheet bandwidth of the GPU here or of the reference GPUs."""
+    peaks = []
+    cpu_bw = measured_bandwidth(list(cpu_rows)) if cpu_rows else None
+    if cpu_bw:
+        peaks.append((f"{backend.info().cpu_label}, measured", cpu_bw))
+    for env in _gpu_environments(references):
+        if env.get("gpu_peak_bandwidth_bytes_s"):
+            peaks.append((f"{env['gpu_name']} datasheet", env["gpu_peak_bandwidth_bytes_s"]))
+    return peaks
+
+
+def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[str, float, float, str]]:
+    """Roofs for :func:`helpers.plots.roofline_figure`: (label, peak FLOP/s, bytes/s, colour).
+
+    The GPU here or the reference GPUs (datasheet peaks), the study's K40c (datasheet), and
+    this CPU (estimated peak from cores x clock x vector width; measured bandwidth), each label
+    saying where its numbers come from.
+    """
+    roofs = []
+    for env in _gpu_environments(references):
+        if env.get("gpu_peak_fp32_flops") and env.get("gpu_peak_bandwidth_bytes_s"):
+            roofs.append((f"{env['gpu_name']} (datasheet)", env["gpu_peak_fp32_flops"],
+                          env["gpu_peak_bandwidth_bytes_s"], "#0072B2"))
+    k40 = backend.lookup_gpu("Tesla K40c")
+    roofs.append(("Tesla K40c, the study's GPU (datasheet)", k40.fp32_flops,
+                  k40.bandwidth_bytes_s, "#999999"))
+    info = backend.info()
+    if info.cpu_peak_fp32_flops_estimate and cpu_bandwidth:
+        roofs.append((f"{info.cpu_label} (estimated peak, measured bandwidth)",
+                      info.cpu_peak_fp32_flops_estimate, cpu_bandwidth, "#E69F00"))
+    return roofs
+
+
+def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2) -> list[dict]:
+    """Time the GEMMs that the study's Table I layers become under im2col, on the GPU only.
+
+    Returns an empty list without a real GPU (the largest, Conv1's, is 124 GFLOP: minutes on a
+    laptop CPU).
+    """
+
+    if backend.MODE != "gpu":
+        return []
+    import torch
+
+    rows = []
+    for layer in TABLE_I:
+        g = im2col_gemm(layer, DTYPES[dtype])
+        a = torch.randn(g.m, g.k, device="cuda", dtype=_torch_dtype(dtype))
+        b = torch.randn(g.k, g.n, device="cuda", dtype=_torch_dtype(dtype))
+        t = benchmark(torch.matmul, a, b, device="cuda", label=g.name, min_run_time=min_run_time)
+        rows.append({
+            "experiment": "table1-gemm", "op": layer.name, "backend": "torch", "device_kind": "cuda",
+            "device": device_label("cuda"), "dtype": dtype, "size": g.n, "bytes": g.min_bytes,
+            "flops": g.flops, "median_s": t.median_s, "iqr_s": t.iqr_s, "min_s": t.min_s,
+            "max_s": t.max_s, "repeats": t.repeats, "gb_s": g.min_bytes / t.median_s / 1e9,
+            "gflop_s": g.flops / t.median_s / 1e9, "status": f"ok: M={g.m} N={g.n} K={g.k}",
+        })
+        del a, b
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: measure every device present and write a results CSV + JSON.
+
+    ``python -m helpers.experiments.throughput --out results`` writes
+    ``results/01_throughput_<device>.csv`` and ``.json``; ``--quick`` measures small sizes only.
+    """
+
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.experiments.throughput",
+        description="Measure elementwise GB/s and GEMM GFLOP/s on the CPU and (if present) the GPU.")
+    parser.add_argument("--out", default=str(results.RESULTS_DIR), help="output folder")
+    parser.add_argument("--name", default=None,
+                        help="file stem (default: 01_throughput_<device>)")
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
+    args = parser.parse_args(argv)
+
+    gpu = backend.MODE == "gpu"
+    devices = ["cpu", "cuda"] if gpu else ["cpu"]
+    if args.quick:
+        ew_sizes, gemm_sizes = log_sizes(1e3, 1e5), [64, 128]
+    else:
+        ew_sizes, gemm_sizes = log_sizes(1e3, 1e8, 2), [2**j for j in range(6, 14)]
+    rows: list[dict] = []
+    for op in ELEMENTWISE_OPS:
+        rows += elementwise_sweep(op, ew_sizes, devices, min_run_time=0.1, point_budget_s=10)
+    dtypes = ["float32", "float16", "bfloat16"] if gpu else ["float32"]
+    for dtype in dtypes:
+        rows += gemm_sweep(gemm_sizes, devices, dtype=dtype, min_run_time=0.1, point_budget_s=10)
+    if not args.quick:
+        rows += table1_gemm_rows()
+    device = backend.info().gpu_name if gpu else backend.info().cpu_model
+    name = args.name or f"01_throughput_{results.slug(device)}"
+    csv_path, json_path = results.save(name, rows, directory=args.out)
+    print(f"wrote {csv_path} and {json_path} ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

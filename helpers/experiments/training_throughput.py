@@ -1,0 +1,591 @@
+"""How fast does a CNN train? Images per second on the CPU and a GPU, and where a step's time goes.
+
+:func:`measure` times training steps, each split into **waiting for data** (``next()`` on the
+DataLoader) and **computing** (copy, forward, loss, backward, optimiser step; on a GPU read after
+``torch.cuda.synchronize()``), and returns one row (:data:`ROW_KEYS`; images/s, seconds, percent).
+The sweeps repeat it over batch size, data-loading workers, model depth and precision;
+:func:`utilisation_trace` adds GPU/CPU utilisation over time; :func:`speedup_table` gives GPU/CPU
+per model. Without a GPU the GPU rows say why; :func:`recorded` reads GPU rows saved in
+``results/training_*`` by :data:`COMMAND`. :data:`REVIEW` quotes the V100 review's numbers.
+
+Command line: ``python -m helpers.experiments.training_throughput [--experiment all|batch|workers|
+depth|precision|utilisation] [--dataset lfw_subset|cifar10] [--save]``.
+
+Sources: the V100 review ("GPU vs CPU Deep Learning: Training Performance of Convolutional
+Networks"); PyTorch's ``torch.utils.data`` (worker processes), AMP and channels_last docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from helpers import results
+from helpers.device import backend
+from helpers.device.timing import device_label
+from helpers.experiments import training
+from helpers.experiments.training_utilisation import UtilisationSampler
+from helpers.networks import datasets, training_cnns
+
+__all__ = ["REVIEW", "ROW_KEYS", "PREFIX", "COMMAND", "EXPERIMENTS", "StepTimes", "time_steps",
+           "measure", "batch_size_sweep", "workers_sweep", "depth_sweep", "precision_sweep",
+           "utilisation_trace", "speedup_table", "recorded", "format_table", "main"]
+
+#: The V100 review's reported numbers: (what, value). Quoted, not measured here.
+REVIEW: tuple[tuple[str, str], ...] = (
+    ("more workers and a larger batch (small CNN, GPU)", "about 3x faster"),
+    ("GPU utilisation with a small CNN", "0-10 % (the CPU input pipeline is the bottleneck)"),
+    ("removing augmentation (GPU)", "425 -> 533 images/s"),
+    ("128x128 inputs instead (GPU)", "333 images/s"),
+    ("deeper networks, GPU vs CPU", "about 23x, then about 100x faster"),
+    ("CIFAR-10, batch 512, Tesla V100", "15,000-17,000 images/s at about 45 % utilisation"),
+    ("CIFAR-10 on 16 CPU cores", "about 210 images/s"),
+    ("CIFAR-10 on a cloud VM's CPU", "about 90 images/s"),
+)
+
+#: Keys of every row :func:`measure` returns, in order (results.save needs one order).
+ROW_KEYS = ("experiment", "dataset", "model", "depth", "device_kind", "device", "batch_size",
+            "workers", "augment", "image_size", "channels", "precision", "channels_last",
+            "steps", "images", "total_s", "wait_s", "compute_s", "images_per_s", "wait_share",
+            "gpu_util_mean", "cpu_util_mean", "status")
+
+#: File-name prefix of the training-throughput datasets in ``results/``.
+PREFIX = "training_"
+
+#: The command that records them, on a GPU machine.
+COMMAND = "python -m helpers.experiments.training_throughput --save"
+
+#: What a saved row's ``experiment`` can be (``"utilisation_trace"``: a trace's samples).
+EXPERIMENTS = ("batch", "workers", "depth", "precision", "utilisation", "utilisation_trace")
+
+_PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def _sync(device: str) -> None:
+    """Wait for the GPU's queued work before a clock is read; nothing to wait for on the CPU."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _row(**kw) -> dict:
+    row = {k: math.nan for k in ROW_KEYS}
+    row.update(kw)
+    return {k: row[k] for k in ROW_KEYS}
+
+
+def _model_name(model) -> tuple[str, int]:
+    if isinstance(model, nn.Module):
+        return type(model).__name__, training_cnns.weight_layers(model)
+    if model not in training_cnns.MODELS:
+        raise ValueError(f"model must be one of {list(training_cnns.MODELS)} or an nn.Module, "
+                         f"got {model!r}")
+    return model, training_cnns.MODELS[model].depth
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+    """What :func:`time_steps` measured: ``steps`` timed, ``total_s`` (wall time of those steps),
+    ``wait_s`` and ``compute_s`` (their parts, seconds), ``step_s`` (each step's wait + compute,
+    seconds) and ``start``/``end`` (``time.perf_counter()`` values bounding the timed steps)."""
+
+    steps: int
+    total_s: float
+    wait_s: float
+    compute_s: float
+    start: float
+    end: float
+    step_s: tuple[float, ...] = ()
+
+    @property
+    def median_step_s(self) -> float:
+        """Median time of one step (seconds): robust to a step slowed by other processes."""
+        return float(np.median(self.step_s)) if self.step_s else self.total_s / self.steps
+
+
+def time_steps(batches, step, *, steps: int, warmup: int, min_seconds: float = 0.0,
+               device: str = "cpu") -> StepTimes:
+    """The timed training loop: ``warmup`` untimed steps, then at least ``steps`` timed steps (and
+    at least ``min_seconds``), each split into waiting for data and computing.
+
+    Args:
+        batches: an iterator of ``(x, y)`` batches (``iter(DataLoader)``); ``next(batches)`` is
+            the **wait**.
+        step: ``step(x, y)`` does one training step (the **compute**); on a GPU it must end with
+            ``torch.cuda.synchronize()`` so that the clock is read after the GPU's work.
+        steps: timed steps, at least 1. warmup: untimed steps first, at least 0.
+        min_seconds: keep stepping until this many seconds are timed.
+        device: ``"cpu"`` or ``"cuda"`` (synchronised once before the timed window opens).
+
+    Returns:
+        :class:`StepTimes`; ``wait_s + compute_s`` equals ``total_s`` up to the loop's overhead.
+
+    Source: the workbook's split of the V100 review's "input pipeline vs GPU" observation.
+    """
+    for _ in range(warmup):
+        step(*next(batches))
+    _sync(device)
+    wait = compute = 0.0
+    n = 0
+    per_step = []
+    start = time.perf_counter()
+    while n < steps or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        x, y = next(batches)      # waiting for data: load, augment, batch (or wait for a worker)
+        t1 = time.perf_counter()
+        step(x, y)                # computing: copy, forward, backward, optimiser step (+ sync)
+        t2 = time.perf_counter()
+        wait += t1 - t0
+        compute += t2 - t1
+        per_step.append(t2 - t0)
+        n += 1
+    end = time.perf_counter()
+    return StepTimes(n, end - start, wait, compute, start, end, tuple(per_step))
+
+
+def measure(model="small", dataset="lfw_subset", *, device: str = "cpu", batch_size: int = 64,
+            workers: int = 0, augment: bool = True, image_size: int | None = 32,
+            channels: int = 3, steps: int = 20, warmup: int = 3, min_seconds: float | None = None,
+            precision: str = "fp32", channels_last: bool = False,
+            sample_utilisation: bool = False, experiment: str = "single", seed: int = 0,
+            data_root=None, download: bool = False, sampler: UtilisationSampler | None = None
+            ) -> dict:
+    """Training throughput of one configuration, with the time split into waiting and computing.
+
+    Runs ``warmup`` untimed steps (worker start-up, cuDNN's algorithm search, first-call
+    allocations), then at least ``steps`` timed steps (and at least ``min_seconds``) with
+    :func:`time_steps`. The optimiser is SGD with momentum (lr 0.01): throughput, not accuracy,
+    is measured. On a GPU each step ends with ``torch.cuda.synchronize()`` before the clock is
+    read, so the main process does not fetch the next batch while the GPU still computes the last
+    one (with workers, the workers keep preparing batches meanwhile).
+
+    Args:
+        model: a key of :data:`helpers.networks.training_cnns.MODELS`, or an ``nn.Module`` taking
+            ``(N, C, S, S)`` and returning ``(N, classes)`` logits.
+        dataset: ``"lfw_subset"``, ``"cifar10"`` or a Dataset object with ``name``,
+            ``channels``, ``image_size`` and ``num_classes``.
+        device: ``"cpu"`` or ``"cuda"``. Without a GPU, ``"cuda"`` returns a row whose
+            ``status`` says why it was not measured (no number is made up).
+        batch_size: images per step, in [1, 4096].
+        workers: DataLoader worker processes, in [0, 64] (0: data is loaded in this process).
+        augment: per-image random flip and shift on the CPU (in the workers if any).
+        image_size: side S of the images in pixels (upsampled per image); None keeps the
+            dataset's. Default 32, so lfw_subset has CIFAR-10's shape.
+        channels: 1 or 3 for lfw_subset (3: grey copied to RGB, CIFAR-10's shape).
+        steps: timed steps, at least, in [1, 100000]. warmup: untimed steps first, in [1, 1000].
+        min_seconds: keep stepping until this many seconds are timed (None: 0 on the CPU, 1 s
+            on a GPU, long enough for NVML's sample period), in [0, 600].
+        precision: ``"fp32"``, or mixed precision with ``torch.autocast``: ``"bf16"`` or
+            ``"fp16"`` (fp16 with a GradScaler).
+        channels_last: model and inputs in NHWC memory layout (``torch.channels_last``).
+        sample_utilisation: run a :class:`UtilisationSampler` (of
+            :mod:`helpers.experiments.training_utilisation`) during the timed steps.
+        experiment: label stored in the row. seed: weights, shuffling and augmentation.
+        data_root, download: where CIFAR-10 is cached, and whether it may be downloaded.
+        sampler: an already running sampler to read the means from (the caller keeps its
+            samples, e.g. for a trace); overrides ``sample_utilisation``.
+
+    Returns:
+        A row (dict with keys :data:`ROW_KEYS`): ``images_per_s`` (``batch_size`` / the median
+        step time, so that a step slowed by another process does not set the rate; on a quiet
+        machine it matches ``images / total_s``), ``total_s`` (wall time of the timed steps),
+        ``wait_s`` and ``compute_s`` (their sum is ``total_s`` up to loop overhead),
+        ``wait_share`` = wait / total, ``gpu_util_mean`` and ``cpu_util_mean`` (percent, NaN if
+        not sampled), ``device`` (label), ``dataset`` (name), ``status`` (``"ok"`` or why not).
+
+    Raises:
+        ValueError: an argument outside its range.
+        helpers.networks.datasets.DatasetUnavailable: CIFAR-10 requested but not available offline.
+
+    Source: the V100 review's training-throughput experiments (batch size, workers,
+    augmentation, utilisation).
+    """
+    training.check_device(device)
+    training.check_whole("batch_size", batch_size, 1, 4096)
+    training.check_whole("workers", workers, 0, 64)
+    training.check_whole("steps", steps, 1, 100_000)
+    training.check_whole("warmup", warmup, 1, 1000)
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {_PRECISIONS}, got {precision!r}")
+    if min_seconds is not None and not 0 <= min_seconds <= 600:
+        raise ValueError(f"min_seconds must be in [0, 600], got {min_seconds!r}")
+    name, depth = _model_name(model)
+    ds = training.load_dataset(dataset, image_size=image_size, augment=augment,
+                               channels=channels, data_root=data_root, download=download,
+                               seed=seed)
+    base = dict(experiment=experiment, dataset=getattr(ds, "name", type(ds).__name__),
+                model=name, depth=depth, device_kind=device, batch_size=int(batch_size),
+                workers=int(workers), augment=bool(getattr(ds, "augment", augment)),
+                image_size=getattr(ds, "image_size", ""), channels=getattr(ds, "channels", ""),
+                precision=precision, channels_last=bool(channels_last))
+    if device == "cuda" and training.gpu_reason():
+        return _row(**base, device="GPU (none here)", status=training.gpu_reason())
+    if min_seconds is None:
+        min_seconds = 1.0 if device == "cuda" else 0.0
+
+    net = model if isinstance(model, nn.Module) else training_cnns.build(
+        model, ds.channels, ds.num_classes, ds.image_size, seed=seed)
+    net = net.to(device).train()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+    pin = device == "cuda"
+    loader = training.endless_loader(ds, batch_size, workers=workers, pin=pin, seed=seed)
+    cudnn_before = torch.backends.cudnn.benchmark
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True  # pick the fastest algorithm once, in warm-up
+
+    def step(x, y):
+        x = x.to(device, non_blocking=pin).contiguous(memory_format=fmt)
+        y = y.to(device, non_blocking=pin)
+        with torch.autocast(device_type=device, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        _sync(device)  # the clock is read after the GPU has finished the step
+
+    own = None
+    if sampler is None and sample_utilisation:
+        own = sampler = UtilisationSampler(gpu=device == "cuda")
+        own.__enter__()
+    it = iter(loader)
+    try:
+        timed = time_steps(it, step, steps=steps, warmup=warmup, min_seconds=min_seconds,
+                           device=device)
+    finally:
+        del it  # shuts the worker processes down
+        torch.backends.cudnn.benchmark = cudnn_before
+        if own is not None:
+            own.__exit__(None, None, None)
+    n, total, wait, compute = timed.steps, timed.total_s, timed.wait_s, timed.compute_s
+    if sampler:
+        t_from, t_to = sampler.since_start(timed.start), sampler.since_start(timed.end)
+    return _row(**base, device=device_label(device), steps=n, images=n * batch_size,
+                total_s=total, wait_s=wait, compute_s=compute,
+                images_per_s=batch_size / timed.median_step_s, wait_share=wait / total,
+                gpu_util_mean=sampler.mean("gpu_util", t_from, t_to) if sampler else math.nan,
+                cpu_util_mean=sampler.mean("cpu_util", t_from, t_to) if sampler else math.nan,
+                status="ok")
+
+
+def _devices(devices) -> list[str]:
+    devices = list(devices) if devices is not None else ["cpu", "cuda"]
+    for d in devices:
+        training.check_device(d)
+    return devices
+
+
+def _points(jobs: list[dict], progress: bool, desc: str, **common) -> list[dict]:
+    return [measure(**{**common, **job})
+            for job in tqdm(jobs, desc=desc, unit=" points", disable=not progress, leave=False)]
+
+
+def batch_size_sweep(model="small", batch_sizes: Sequence[int] = (8, 32, 128),
+                     devices: Iterable[str] | None = None, *, progress: bool = False,
+                     **kwargs) -> list[dict]:
+    """Images/s against batch size on each device: :func:`measure` per (device, batch size).
+
+    Args:
+        model: as :func:`measure`. batch_sizes: each in [1, 4096], at least one.
+        devices: ``"cpu"`` and/or ``"cuda"`` (default both; without a GPU the ``"cuda"`` rows
+            carry the reason instead of numbers).
+        progress: tqdm bar over the points. kwargs: passed to :func:`measure`.
+
+    Returns:
+        Rows with ``experiment="batch"``, ordered by device then batch size.
+
+    Raises:
+        ValueError: no batch sizes, or a bad argument (see :func:`measure`).
+
+    Source: the V100 review (batch size and workers: about 3x on the GPU).
+    """
+    if not batch_sizes:
+        raise ValueError("batch_sizes must hold at least one batch size")
+    jobs = [dict(device=d, batch_size=b) for d in _devices(devices) for b in batch_sizes]
+    return _points(jobs, progress, f"batch sizes ({model})", model=model, experiment="batch",
+                   **kwargs)
+
+
+def workers_sweep(model="small", workers: Sequence[int] = (0, 1, 2),
+                  augment: Sequence[bool] = (False, True), device: str = "cpu", *,
+                  progress: bool = False, **kwargs) -> list[dict]:
+    """Data-loading workers 0..N, with and without augmentation, with the wait/compute split.
+
+    Args:
+        model: as :func:`measure`. workers: worker counts, each in [0, 64], at least one.
+        augment: which of False/True to measure. device: ``"cpu"`` or ``"cuda"``.
+        progress: tqdm bar. kwargs: passed to :func:`measure` (e.g. ``batch_size``).
+
+    Returns:
+        Rows with ``experiment="workers"``: each gives ``wait_s`` (time blocked in
+        ``next(iterator)``) and ``compute_s``.
+
+    Raises:
+        ValueError: empty lists or a bad argument.
+
+    Source: the V100 review (workers; removing augmentation: 425 -> 533 images/s on the GPU).
+    """
+    if not workers or not augment:
+        raise ValueError("workers and augment must each hold at least one value")
+    jobs = [dict(workers=w, augment=bool(a)) for a in augment for w in workers]
+    return _points(jobs, progress, f"workers ({model}, {device})", model=model, device=device,
+                   experiment="workers", **kwargs)
+
+
+def depth_sweep(models: Sequence[str] = ("small", "vgg", "resnet20"), batch_size: int = 64,
+                devices: Iterable[str] | None = None, *, progress: bool = False,
+                **kwargs) -> list[dict]:
+    """Images/s per model (shallow to deep) on each device, for :func:`speedup_table`.
+
+    Args:
+        models: keys of :data:`helpers.networks.training_cnns.MODELS`, at least one.
+        batch_size: in [1, 4096]. devices: as :func:`batch_size_sweep`.
+        progress: tqdm bar. kwargs: passed to :func:`measure`.
+
+    Returns:
+        Rows with ``experiment="depth"``.
+
+    Raises:
+        ValueError: no models or a bad argument.
+
+    Source: the V100 review (deeper networks: about 23x, then about 100x GPU vs CPU).
+    """
+    if not models:
+        raise ValueError("models must hold at least one model")
+    jobs = [dict(device=d, model=m) for m in models for d in _devices(devices)]
+    return _points(jobs, progress, "depth", batch_size=batch_size, experiment="depth", **kwargs)
+
+
+def precision_sweep(model="resnet20", batch_size: int = 256, device: str = "cuda", *,
+                    progress: bool = False, **kwargs) -> list[dict]:
+    """fp32 against mixed precision (``torch.autocast`` bf16 / fp16), each in NCHW and in
+    channels_last (NHWC): the GPU's tensor cores work best with both.
+
+    Args:
+        model: as :func:`measure`. batch_size: in [1, 4096].
+        device: ``"cuda"`` (the experiment is meant for a GPU; without one every row carries the
+            reason) or ``"cpu"``.
+        progress: tqdm bar. kwargs: passed to :func:`measure`.
+
+    Returns:
+        Six rows with ``experiment="precision"``.
+
+    Raises:
+        ValueError: a bad argument.
+
+    Source: PyTorch's automatic mixed precision and channels_last documentation; not in the
+    review.
+    """
+    jobs = [dict(precision=p, channels_last=cl) for p in _PRECISIONS for cl in (False, True)]
+    return _points(jobs, progress, f"precision ({device})", model=model, device=device,
+                   batch_size=batch_size, experiment="precision", **kwargs)
+
+
+def utilisation_trace(model="small", device: str | None = None, *, batch_size: int = 64,
+                      workers: int = 0, seconds: float = 3.0, interval_s: float = 0.1,
+                      **kwargs) -> dict:
+    """GPU and CPU utilisation over time while training: a sampler runs during :func:`measure`.
+
+    Args:
+        model: as :func:`measure`. device: ``"cpu"`` or ``"cuda"`` (default: the GPU if there is
+            one, else the CPU).
+        batch_size, workers: as :func:`measure`. seconds: timed training, in (0, 600].
+        interval_s: sampling period, in [0.01, 10]. kwargs: passed to :func:`measure`.
+
+    Returns:
+        ``{"row": the measurement row, "samples": [{"t_s", "gpu_util", "gpu_mem_bytes",
+        "cpu_util"}, ...], "gpu_reason": None or why the GPU was not sampled, "device": label}``.
+        The samples cover warm-up too (``row`` holds the means over the timed steps only).
+
+    Raises:
+        ValueError: a bad argument.
+
+    Source: the V100 review (small CNN: GPU 0-10 % utilised; CIFAR-10 at batch 512: about 45 %).
+    """
+    if not 0 < seconds <= 600:
+        raise ValueError(f"seconds must be in (0, 600], got {seconds!r}")
+    if device is None:
+        device = "cpu" if training.gpu_reason() else "cuda"
+    training.check_device(device)
+    with UtilisationSampler(interval_s=interval_s, gpu=device == "cuda") as sampler:
+        row = measure(model, device=device, batch_size=batch_size, workers=workers, steps=1,
+                      min_seconds=seconds, experiment="utilisation", sampler=sampler, **kwargs)
+    return {"row": row, "samples": sampler.samples, "gpu_reason": sampler.gpu_reason,
+            "device": row["device"]}
+
+
+def speedup_table(rows: Sequence[dict]) -> list[dict]:
+    """GPU/CPU throughput ratio per model, each GPU compared with the CPU of its own machine.
+
+    Rows are grouped by machine (``machine`` of :func:`recorded` rows; live rows, without it,
+    are "this machine") and by model.
+
+    Returns:
+        One dict per (machine, model), this machine first, shallowest first: ``machine``,
+        ``model``, ``depth``, ``cpu``/``gpu`` (device labels or ""), ``cpu_images_per_s``,
+        ``gpu_images_per_s`` (NaN if not measured), ``speedup`` (gpu / cpu, NaN if either is
+        missing), ``note`` (why a value is missing).
+
+    Source: the V100 review's comparison of deeper networks (about 23x, then about 100x).
+    """
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r.get("machine", "this machine"), r["model"])
+        entry = out.setdefault(key, dict(
+            machine=key[0], model=r["model"], depth=r["depth"], cpu="", gpu="",
+            cpu_images_per_s=math.nan, gpu_images_per_s=math.nan, speedup=math.nan, note=""))
+        kind = "gpu" if r["device_kind"] == "cuda" else "cpu"
+        if r["status"] == "ok":
+            entry[kind] = r["device"]
+            entry[f"{kind}_images_per_s"] = float(r["images_per_s"])
+        else:
+            entry["note"] = f"{kind.upper()} {r['status']}"
+    for e in out.values():
+        if e["cpu_images_per_s"] > 0 and e["gpu_images_per_s"] > 0:
+            e["speedup"] = e["gpu_images_per_s"] / e["cpu_images_per_s"]
+    return sorted(out.values(),
+                  key=lambda e: (e["machine"] != "this machine", e["machine"], e["depth"]))
+
+
+def recorded(experiment: str, *, gpu_only: bool = True, directory=None) -> results.Recorded:
+    """The measured rows of one experiment saved in ``results/training_*`` on GPU machines.
+
+    Args:
+        experiment: one of :data:`EXPERIMENTS` (``"utilisation_trace"``: the samples ``t_s``,
+            ``gpu_util``, ``cpu_util`` of a trace).
+        gpu_only: keep only the GPU rows; False keeps the same machines' CPU rows too (for
+            same-machine speedups), with ``device`` = ``"CPU beside <machine>"``.
+        directory: folder to read (default ``results/``).
+
+    Returns:
+        :class:`helpers.results.Recorded`: ``rows`` (numbers parsed; flags as the strings
+        "True"/"False"), each with ``source="reference"`` and ``machine`` = the GPU and date that
+        recorded it; ``note`` names them, or says to run :data:`COMMAND` on a GPU machine.
+
+    Raises:
+        ValueError: an unknown experiment.
+    """
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
+    rec = results.recorded(PREFIX, COMMAND, gpu_only=gpu_only, directory=directory,
+                           experiment=experiment)
+    ok = [dict(r, machine=r["device"]) for r in rec.rows if str(r.get("status", "ok")) == "ok"]
+    gpu_machines = {r["machine"] for r in ok if r.get("device_kind") == "cuda"}
+    rows = [r if r.get("device_kind") == "cuda" else dict(r, device=f"CPU beside {r['machine']}")
+            for r in ok if r["machine"] in gpu_machines]
+    sets = [ds for ds in rec.datasets if ds.meta.get("environment", {}).get("gpu_name")]
+    return results.Recorded(rows, sets if rows else [], rec.command)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str] = (
+        "experiment", "model", "device_kind", "batch_size", "workers", "augment", "precision",
+        "channels_last", "images_per_s", "wait_share", "gpu_util_mean", "status")) -> str:
+    """Plain-text table of rows (numbers rounded; status shortened to its first 60 characters)."""
+    def cell(v):
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "-"
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        return str(v)[:60]
+
+    table = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c)
+              for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths)) for t in table]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.experiments.training_throughput``: run the experiments, print a table,
+    and with ``--save`` write ``results/training_<device>.csv``/``.json`` (and the utilisation
+    trace as ``results/training_utilisation_<device>``). Returns 0."""
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.experiments.training_throughput",
+        description="Training throughput (images/s) on the CPU and, if present, the GPU: batch "
+                    "size, data-loading workers and augmentation, model depth, mixed precision.")
+    parser.add_argument("--experiment", default="all",
+                        choices=["all", "batch", "workers", "depth", "precision", "utilisation"])
+    parser.add_argument("--dataset", default="lfw_subset", choices=list(datasets.DATASETS))
+    parser.add_argument("--data-dir", default=None, help="CIFAR-10 cache folder")
+    parser.add_argument("--download", action="store_true",
+                        help="download CIFAR-10 if missing (needs internet)")
+    parser.add_argument("--model", default="small", choices=list(training_cnns.MODELS))
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None)
+    parser.add_argument("--workers", type=int, nargs="+", default=None)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="few, small points (a smoke test)")
+    parser.add_argument("--save", action="store_true",
+                        help="write results/training_<device>.csv/.json "
+                             "(and the utilisation trace)")
+    args = parser.parse_args(argv)
+
+    gpu = training.gpu_reason() is None
+    devices = ["cpu", "cuda"]
+    common = dict(dataset=args.dataset, image_size=args.image_size, data_root=args.data_dir,
+                  download=args.download, steps=args.steps)
+    cores = os.cpu_count() or 2
+    if args.quick:
+        batch_sizes, workers = args.batch_sizes or [8, 32], args.workers or [0, 1]
+        models = ["small", "resnet20"]
+        common["steps"] = min(args.steps, 5)
+    else:
+        batch_sizes = args.batch_sizes or ([16, 64, 256, 1024] if gpu else [8, 32, 128])
+        workers = args.workers or sorted({0, 1, 2, min(4, cores), min(8, cores)})
+        models = list(training_cnns.MODELS)
+    exp = args.experiment
+    rows: list[dict] = []
+    trace = None
+    print(f"dataset: {args.dataset}; CPU: {device_label('cpu')}; "
+          f"GPU: {device_label('cuda') if gpu else training.gpu_reason()}")
+    if exp in ("all", "batch"):
+        rows += batch_size_sweep(args.model, batch_sizes, devices, progress=True, **common)
+    if exp in ("all", "workers"):
+        for d in (["cpu", "cuda"] if gpu else ["cpu"]):
+            rows += workers_sweep(args.model, workers, device=d, progress=True,
+                                  batch_size=256 if d == "cuda" else 64, **common)
+    if exp in ("all", "depth"):
+        rows += depth_sweep(models, 64, devices, progress=True, **common)
+    if exp in ("all", "precision"):
+        rows += precision_sweep("resnet20", 256, "cuda", progress=True, **common)
+    if exp in ("all", "utilisation"):
+        common_u = {k: v for k, v in common.items() if k != "steps"}
+        trace = utilisation_trace(args.model, "cuda" if gpu else "cpu", batch_size=256 if gpu
+                                  else 64, seconds=2.0 if args.quick else 5.0, **common_u)
+        rows.append(trace["row"])
+    print(format_table(rows))
+    if args.save:
+        device = backend.info().gpu_name if gpu else backend.info().cpu_model
+        print("wrote", *results.save(f"{PREFIX}{results.slug(device)}", rows))
+        if trace and trace["samples"]:
+            samples = [dict(experiment="utilisation_trace", model=trace["row"]["model"],
+                            dataset=trace["row"]["dataset"],
+                            device_kind=trace["row"]["device_kind"],
+                            batch_size=trace["row"]["batch_size"], **s)
+                       for s in trace["samples"]]
+            print("wrote", *results.save(f"{PREFIX}utilisation_{results.slug(device)}", samples))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Execute notebooks headless, in order, into a build folder: ``make run``.
+
+For each notebook: run it top to bottom with nbclient (in this interpreter's kernel), write
+the executed ``.ipynb`` and an HTML rendering to the output folder, and print one line:
+name, seconds, ok or failed (with the error's last line). Exits non-zero if any failed.
+
+Usage: ``python -m tools.run_notebooks [NOTEBOOK ...] [--out build | --in-place] [--timeout 600]``
+(default: every ``notebooks/[0-9]*.ipynb`` in name order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+__all__ = ["run_notebook", "main"]
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int = 600
+                 ) -> tuple[bool, float, str]:
+    """Execute one notebook; write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``.
+
+    With ``out_dir=None`` the executed notebook replaces the original (refreshing its stored
+    outputs), and only if every cell ran. Widget state is not stored: it would embed each
+    chart widget's JavaScript in the file.
+
+    Returns:
+        (ok, seconds, error text or "").
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            store_widget_state=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    error = ""
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        error = lines[-1] if lines else "cell failed"
+    except Exception as exc:  # noqa: BLE001 - report and go on to the next notebook
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    if out_dir is None:
+        if not error:
+            nbformat.write(nb, path)
+        return not error, seconds, error
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out_dir / path.name)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    (out_dir / path.with_suffix(".html").name).write_text(body, encoding="utf-8")
+    return not error, seconds, error
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.run_notebooks",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path)
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "build")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--in-place", action="store_true",
+                        help="refresh the notebooks' stored outputs instead of writing to --out")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    if not paths:
+        print("no notebooks found", file=sys.stderr)
+        return 2
+    failed = 0
+    width = max(len(p.name) for p in paths)
+    for path in paths:
+        ok, seconds, error = run_notebook(path, None if args.in_place else args.out, args.timeout)
+        failed += not ok
+        line = f"{path.name:<{width}}  {seconds:7.1f} s  {'ok' if ok else 'failed'}"
+        print(line + (f"  ({error})" if error else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
