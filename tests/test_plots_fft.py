@@ -1,4 +1,4 @@
-"""helpers.plots, notebook 05's figures (FFT convolution): they build, keep pictures small,
+"""helpers.figures.nb05_fft, notebook 05's figures (FFT convolution): they build, keep pictures small,
 name the device, and refuse bad arguments."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training-throughput notebook's charts (helpers.plots, notebook 09 section): they draw live
+"""The training-throughput notebook's charts (helpers.figures.nb09_training): they draw live
 rows and results/ rows (flags as strings), name the device, and degrade to a message."""
 
 import helpers  # noqa: F401  (decides the backend first)

@@ -1,4 +1,4 @@
-"""helpers.conv.unroll.im2col_sources and notebook 04's charts (helpers.plots, unrolling section)."""
+"""helpers.conv.unroll.im2col_sources and notebook 04's charts (helpers.figures.nb04_unrolling)."""
 
 import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import math
 import textwrap
 import warnings
 
@@ -36,6 +35,7 @@ from helpers.checks import (
     random_array,
 )
 from helpers.device import backend
+from helpers.device.arrays import grid_for
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes",
@@ -196,7 +196,7 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
                          f"{tile!r}")
     m, k = a.shape
     n = b.shape[1]
-    grid = (math.ceil(n / tile), math.ceil(m / tile))
+    grid = grid_for((n, m), (tile, tile))
     if swap_axes:
         grid = grid[::-1]
     threads = grid[0] * grid[1] * tile * tile
@@ -236,7 +236,7 @@ def _cases(shapes, seed: int, block: int, unit: str) -> list[Case]:
     cases = []
     for m, k, n in shapes:
         a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
-        grid = (math.ceil(n / block), math.ceil(m / block))
+        grid = grid_for((n, m), (block, block))
         multiple = "" if m % block or n % block or k % block else f", all multiples of the {unit}"
         cases.append(Case((a, b), a.astype(np.float64) @ b.astype(np.float64),
                           f"A ({m}, {k}) @ B ({k}, {n}), grid {grid[0]} x {grid[1]} blocks of "

@@ -27,6 +27,7 @@ from numba import cuda, float32
 
 from helpers import results
 from helpers.device import backend, timing
+from helpers.device.arrays import grid_for
 
 __all__ = [
     "BANKS", "BLOCK_ROWS", "COMMAND", "PREFIX", "SECTOR_BYTES", "SIMULATOR_MAX_THREADS",
@@ -210,7 +211,7 @@ def explain_coalescing(strides=(1, 2, 4, 8, 16, 32), warps: int = 2) -> Coalesci
     for s in strides:
         src = np.arange((n - 1) * s + 1, dtype=np.float32)
         dst = _device_copy(np.full(n, np.nan, np.float32))
-        strided_load_kernel[math.ceil(n / 64), 64](_device_copy(src), dst, s)
+        strided_load_kernel[grid_for(n, 64), 64](_device_copy(src), dst, s)
         got = dst.copy_to_host()
         correct &= bool(np.array_equal(got, src[::s][:n]))
         idx = np.where(np.isnan(got), -1, got).astype(np.int64)
@@ -229,7 +230,7 @@ def explain_coalescing(strides=(1, 2, 4, 8, 16, 32), warps: int = 2) -> Coalesci
 def _transpose(a: np.ndarray, kind: str, pitch: int = TILE_DIM + 1, record: bool = False):
     """Run one transpose kernel on a NumPy (H, W) float32 array; returns (dst, record)."""
     h, w = a.shape
-    grid = (math.ceil(w / TILE_DIM), math.ceil(h / TILE_DIM))
+    grid = grid_for((w, h), (TILE_DIM, TILE_DIM))
     block = (TILE_DIM, BLOCK_ROWS)
     dst = _device_copy(np.full((w, h), np.nan, np.float32))
     src = _device_copy(a.astype(np.float32))
@@ -399,7 +400,7 @@ def explain_divergence(n: int = 128, iters: int = 8,
     for variant, (label, by_warp) in _VARIANTS.items():
         out = _device_copy(np.full(n, np.nan, np.float32))
         path = _device_copy(np.full(n, -1, np.int8))
-        branch_kernel[math.ceil(n / threads_per_block), threads_per_block](
+        branch_kernel[grid_for(n, threads_per_block), threads_per_block](
             _device_copy(x), out, path, iters, by_warp)
         out, path = out.copy_to_host(), path.copy_to_host()
         ref = _branch_reference(x, path, iters)
@@ -456,7 +457,7 @@ def measure_coalescing(strides=(1, 2, 4, 8, 16, 32), n: int = 1 << 23,
     _require_gpu()
     rows = []
     dst_t, dst = _cuda_tensor((n,), "nan")
-    grid = math.ceil(n / 256)
+    grid = grid_for(n, 256)
     for s in strides:
         src_t, src = _cuda_tensor(((n - 1) * s + 1,))
 
@@ -482,7 +483,7 @@ def measure_transpose(size: int = 8192, min_run_time: float = 0.1) -> list[dict]
     src_t, src = _cuda_tensor((size, size))
     dst_t, dst = _cuda_tensor((size, size), "nan")
     rec_i = cuda.device_array((2, 1, 1, 1), np.int32)  # not written: rec = 0
-    grid = (math.ceil(size / TILE_DIM), math.ceil(size / TILE_DIM))
+    grid = grid_for((size, size), (TILE_DIM, TILE_DIM))
     block = (TILE_DIM, BLOCK_ROWS)
     shared = transpose_shared_kernel[grid, block]
     calls = {
@@ -511,7 +512,7 @@ def measure_divergence(n: int = 1 << 22, iters: int = 256, threads_per_block: in
     x_t, x = _cuda_tensor((n,))
     out_t, out = _cuda_tensor((n,), "nan")
     path = cuda.device_array(n, np.int8)
-    grid = math.ceil(n / threads_per_block)
+    grid = grid_for(n, threads_per_block)
     rows = []
     for variant, (_label, by_warp) in _VARIANTS.items():
         def call(by_warp=by_warp):

@@ -381,7 +381,8 @@ def bandwidth_peaks(references=(), cpu_rows: list[dict] = ()) -> list[tuple[str,
 
 
 def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[str, float, float, str]]:
-    """Roofs for :func:`helpers.plots.roofline_figure`: (label, peak FLOP/s, bytes/s, colour).
+    """Roofs for :func:`helpers.figures.nb01_throughput.roofline_figure`: (label, peak FLOP/s,
+    bytes/s, colour).
 
     The GPU here or the reference GPUs (datasheet peaks), the study's K40c (datasheet), and
     this CPU (estimated peak from cores x clock x vector width; measured bandwidth), each label
