@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda  # noqa: E402
 
-from helpers import occupancy  # noqa: F401  (backend decides simulator vs GPU first)
 from helpers.device import backend
 from helpers.device.arrays import launch
 

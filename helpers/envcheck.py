@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from helpers import elementwise
 
 __all__ = ["Check", "run_checks"]
 
@@ -55,6 +54,9 @@ def _alexnet() -> str:
 
 
 def _numba_kernel() -> str:
+    # Imported here, as torch and torchvision are above: a broken Numba or torch install must
+    # be reported by run_checks, not stop `import helpers.envcheck`.
+    from helpers import elementwise
 
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     if not np.array_equal(elementwise.relu(x, threads_per_block=128), np.maximum(x, 0)):

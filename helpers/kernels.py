@@ -72,13 +72,13 @@ KERNELS: list[KernelSpec] = [
                ("float32", _F1, _F1, _F1)),
     KernelSpec("thread_map_kernel", "helpers.elementwise", "elementwise", 256,
                ("int32[::1]", "int32[::1]")),
-    KernelSpec("strided_load_kernel", "helpers.experiments.memory_access", "experiment", 256,
+    KernelSpec("strided_load_kernel", "helpers.access_kernels", "experiment", 256,
                (_F1, _F1, _I)),
-    KernelSpec("transpose_naive_kernel", "helpers.experiments.memory_access", "experiment", 256,
+    KernelSpec("transpose_naive_kernel", "helpers.access_kernels", "experiment", 256,
                (_F2, _F2)),
-    KernelSpec("transpose_shared_kernel", "helpers.experiments.memory_access", "experiment", 256,
+    KernelSpec("transpose_shared_kernel", "helpers.access_kernels", "experiment", 256,
                (_F2, _F2, _I, "int32[:, :, :, ::1]", _I)),
-    KernelSpec("branch_kernel", "helpers.experiments.memory_access", "experiment", 128,
+    KernelSpec("branch_kernel", "helpers.access_kernels", "experiment", 128,
                (_F1, _F1, "int8[::1]", _I, _I)),
 ]
 

@@ -1,4 +1,5 @@
-"""The study's convolution layers as data, and the GEMMs they become under im2col.
+"""The study's numbers as data: Table I's layers (and the GEMMs they become under im2col),
+Figure 2's convolution shares, Figure 4's GEMM shares, Table II and Figure 6.
 
 Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters,
 kernel height = width, stride); in kernels, the cuDNN paper's N, C, H, W, K, R, S, P, Q.
@@ -18,7 +19,9 @@ import dataclasses
 
 from helpers.conv.config import ConvConfig
 
-__all__ = ["TABLE_I", "GemmShape", "im2col_gemm"]
+__all__ = ["TABLE_I", "STUDY_FIGURE2", "STUDY_TABLE_II", "STUDY_FIGURE_6",
+           "STUDY_FIGURE4_GEMM_SHARE", "GemmShape",
+           "im2col_gemm"]
 
 
 #: Table I of the study, with the input channels chosen as the module docstring explains.
@@ -74,3 +77,37 @@ def im2col_gemm(layer: ConvConfig, itemsize: int = 4) -> GemmShape:
     """
     return GemmShape(f"{layer.name} im2col GEMM", m=layer.k, n=layer.n * layer.p * layer.q,
                      k=layer.c * layer.r * layer.s, itemsize=itemsize)
+
+
+#: The study's Figure 2: share of 10 training iterations (forward + backward) spent in
+#: convolution layers, on a Tesla K40c (Section IV-A). Reported, not measured here.
+STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "vgg16": 0.90,
+                                   "overfeat": 0.94}
+
+#: The study's Table II (K40c, CUDA 7.5, nvprof; Section V-C): registers per thread and shared
+#: memory per block (KB) of each implementation's main convolution kernel, as the study reports.
+STUDY_TABLE_II: list[dict] = [
+    {"implementation": "Caffe", "strategy": "unrolling", "regs_per_thread": 86, "smem_kb": 8.5},
+    {"implementation": "cuDNN", "strategy": "unrolling", "regs_per_thread": 80, "smem_kb": 8.4},
+    {"implementation": "Torch-cunn", "strategy": "unrolling", "regs_per_thread": 84,
+     "smem_kb": 8.1},
+    {"implementation": "Theano-CorrMM", "strategy": "unrolling", "regs_per_thread": 72,
+     "smem_kb": 7.0},
+    {"implementation": "cuda-convnet2", "strategy": "direct", "regs_per_thread": 116,
+     "smem_kb": 16.0},
+    {"implementation": "fbfft", "strategy": "FFT", "regs_per_thread": 106, "smem_kb": 10.0},
+    {"implementation": "Theano-fft", "strategy": "FFT", "regs_per_thread": 2, "smem_kb": 4.5},
+]
+
+#: The study's Figure 6 (nvprof metrics on the K40c, Section V-C), in words, as it reports them.
+STUDY_FIGURE_6: dict[str, str] = {
+    "achieved occupancy": "mostly under 30 %; cuda-convnet2 14-22 % (116 registers per thread: "
+                          "17 active warps of 64)",
+    "global load efficiency": "under 20 % for the implementations measured",
+    "warp execution efficiency": "above 97 %, except Theano-fft (66-81 %)",
+}
+
+#: The study's Figure 4(a-c) (Section V-A): GEMM's share of the runtime of the unrolling
+#: implementations at (64, 128, 64, 11, 1) on the K40c, as its text reports them.
+STUDY_FIGURE4_GEMM_SHARE: dict[str, float] = {"Caffe": 0.87, "Torch-cunn": 0.83,
+                                              "Theano-CorrMM": 0.80}

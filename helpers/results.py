@@ -50,7 +50,8 @@ def slug(text: str) -> str:
 
 
 def save(name: str, rows: list[dict], *, command: str | None = None,
-         directory: pathlib.Path | str | None = None) -> tuple[pathlib.Path, pathlib.Path]:
+         directory: pathlib.Path | str | None = None,
+         extra: dict | None = None) -> tuple[pathlib.Path, pathlib.Path]:
     """Write rows to ``NAME.csv`` and the environment to ``NAME.json``.
 
     Args:
@@ -58,15 +59,20 @@ def save(name: str, rows: list[dict], *, command: str | None = None,
         rows: dicts with the same keys; at least one.
         command: what produced them (default: this process's command line).
         directory: default :data:`RESULTS_DIR`.
+        extra: more fields for the JSON (e.g. a sweep's preset); they may not replace ``name``,
+            ``date``, ``command``, ``rows`` or ``environment``.
 
     Returns:
         The two paths written.
 
     Raises:
-        ValueError: no rows, or rows with different keys.
+        ValueError: no rows, rows with different keys, or ``extra`` naming a reserved field.
     """
     if not rows:
         raise ValueError("rows must not be empty")
+    reserved = {"name", "date", "command", "rows", "environment"} & set(extra or {})
+    if reserved:
+        raise ValueError(f"extra may not set {sorted(reserved)}")
     keys = list(rows[0])
     if any(list(r) != keys for r in rows):
         raise ValueError("all rows must have the same keys in the same order")
@@ -82,6 +88,7 @@ def save(name: str, rows: list[dict], *, command: str | None = None,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command or " ".join(sys.argv),
         "rows": len(rows),
+        **(extra or {}),
         "environment": backend.info().as_dict(),
     }
     json_path.write_text(json.dumps(meta, indent=2) + "\n")

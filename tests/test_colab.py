@@ -251,8 +251,6 @@ def test_ptx_check_is_none_when_the_launch_works(monkeypatch):
 
 
 def test_setup_warns_with_the_fix(monkeypatch):
-    pass
-
     monkeypatch.setattr(style, "setup_notebook", lambda: None)
     monkeypatch.setattr(backend, "MODE", "gpu")
     monkeypatch.setattr(backend, "_launch_trivial_kernel", _raise(RuntimeError(PTX_ERROR)))
@@ -261,8 +259,6 @@ def test_setup_warns_with_the_fix(monkeypatch):
 
 
 def test_setup_is_silent_in_the_simulator(monkeypatch, recwarn):
-    pass
-
     monkeypatch.setattr(style, "setup_notebook", lambda: None)
     monkeypatch.setattr(backend, "MODE", "simulator")
     notebook.setup()

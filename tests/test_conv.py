@@ -261,3 +261,33 @@ def test_memory_report_puts_analytic_and_measured_side_by_side():
     assert big["peak_bytes"] > 0.5 * big["workspace_bytes"]
     with pytest.raises(ValueError, match="strategy must be one of"):
         memory_report("winograd", x_shape, w_shape)
+
+
+def test_the_float64_reference_follows_the_definition():
+    """helpers.conv.check.reference against the definition written as plain loops (NumPy,
+    float64): y[n,k,p,q] = sum_{c,r,s} xpad[n, c, p*sh + r, q*sw + s] * w[k, c, r, s]."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 7, 6))
+    w = rng.standard_normal((4, 3, 3, 2))
+    (sh, sw), (ph, pw) = (2, 1), (1, 2)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    p_, q_ = (7 + 2 * ph - 3) // sh + 1, (6 + 2 * pw - 2) // sw + 1
+    y = np.zeros((2, 4, p_, q_))
+    for n in range(2):
+        for k in range(4):
+            for p in range(p_):
+                for q in range(q_):
+                    y[n, k, p, q] = np.sum(xp[n, :, p * sh:p * sh + 3, q * sw:q * sw + 2] * w[k])
+    got = ref.reference(x, w, (sh, sw), (ph, pw))
+    assert got.dtype == np.float64 and got.shape == y.shape
+    np.testing.assert_allclose(got, y, rtol=1e-12, atol=1e-12)
+    # and its backward is the gradient of sum(y * dy): check one entry of each by differences
+    dy = rng.standard_normal(y.shape)
+    dx, dw = ref.reference_backward(x, w, dy, (sh, sw), (ph, pw))
+    eps = 1e-6
+    for arr, grad, idx in ((x, dx, (1, 2, 3, 4)), (w, dw, (2, 1, 0, 1))):
+        bumped = arr.copy()
+        bumped[idx] += eps
+        args = (bumped, w) if arr is x else (x, bumped)
+        numeric = (np.sum(ref.reference(*args, (sh, sw), (ph, pw)) * dy) - np.sum(y * dy)) / eps
+        assert numeric == pytest.approx(grad[idx], rel=1e-4, abs=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from helpers.conv import ConvConfig
@@ -56,10 +57,30 @@ def test_from_study_names_the_layer_but_does_not_compare_it():
     assert (a.x_shape, a.w_shape, (a.stride_h, a.pad_h)) == ((2, 4, 9, 9), (3, 4, 3, 3), (2, 1))
     assert a.name == "A" and a == ConvConfig.from_study(2, 9, 3, 3, 2, c=4, padding=1)
     assert a.with_batch(5).study == (5, 9, 3, 3, 2) and a.with_batch(5).name == "A"
-    with pytest.raises(ValueError, match="kernel 11x11 is larger"):
-        ConvConfig.from_study(1, 8, 1, 11, 1)
+    assert a.with_batch(np.int64(4)).n == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(b=0), r"b \(batch\) must be an integer >= 1, got 0"),
+    (dict(i=0), r"i \(input size\) must be"),
+    (dict(f=0), r"f \(filters\) must be"),
+    (dict(k=0), r"k \(kernel size\) must be"),
+    (dict(s=0), r"s \(stride\) must be"),
+    (dict(c=0), r"c \(input channels\) must be"),
+    (dict(padding=-1), "padding must be an integer >= 0"),
+    (dict(k=11), r"k = 11 \(kernel size\) is larger than the padded input i \+ 2 \* padding = 8"),
+])
+def test_from_study_names_the_studys_symbol_in_its_errors(kwargs, message):
+    """Not the cuDNN name of the same size: the study's k is the kernel size, cuDNN's K the
+    filters, so an error about "K" would send a learner to the wrong argument."""
+    args = dict(b=1, i=8, f=2, k=3, s=1, c=1) | kwargs
+    with pytest.raises(ValueError, match=message):
+        ConvConfig.from_study(**args)
+
+
+def test_with_batch_refuses_a_batch_below_one():
     with pytest.raises(ValueError, match="batch n must be an integer >= 1"):
-        a.with_batch(0)
+        TABLE_I[0].with_batch(0)
 
 
 def test_conv1_im2col_gemm_by_hand():

@@ -188,3 +188,12 @@ def test_recorded_without_a_match_says_how_to_record(tmp_path):
     with pytest.raises(ValueError, match="prefix and command"):
         results.recorded("", "c")
 
+
+
+def test_save_adds_extra_fields_but_never_over_the_provenance(tmp_path):
+    results.save("x", [{"a": 1}], directory=tmp_path, extra={"preset": "p", "seconds": 2.5})
+    meta = results.load("x", tmp_path).meta
+    assert (meta["preset"], meta["seconds"], meta["name"]) == ("p", 2.5, "x")
+    with pytest.raises(ValueError, match=r"extra may not set \['date'\]"):
+        results.save("y", [{"a": 1}], directory=tmp_path, extra={"date": "never"})
+    assert not (tmp_path / "y.csv").exists()

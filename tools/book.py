@@ -1,26 +1,13 @@
 """Render the workbook as a static HTML book from the notebooks' stored outputs: ``make book``.
 
-Nothing is executed: each notebook in ``notebooks/`` (``00_...`` to ``09_...``) and each lab in
-``labs/`` (not ``labs/solutions/``, which is for instructors) becomes one page through
-nbconvert's :class:`~nbconvert.HTMLExporter`, and ``index.html`` lists the pages in order with one
-line of what each teaches (the first markdown cell's title and first sentence).
+Nothing is executed: each notebook in ``notebooks/`` and each lab in ``labs/`` (not the
+solutions) becomes one page through nbconvert's HTMLExporter; ``index.html`` lists them with the
+first sentence of each. Plotly charts are re-drawn from their JSON with a local plotly.js and a
+``<noscript>`` static image (the output's PNG, else an SVG from kaleido, else a note); widget
+outputs, which need a kernel, get a short note; links between notebooks point to the pages.
 
-Stored outputs are adapted for a page read offline:
-
-- plotly charts (``application/vnd.plotly.v1+json``) are re-rendered from their JSON as a ``div``
-  and a ``Plotly.newPlot`` call, with plotly.js loaded once per page from a local copy
-  (``plotly.min.js``, copied from the plotly package into the book's folder; no CDN). Where the
-  page cannot run JavaScript, a ``<noscript>`` fallback shows a static image of the chart: the
-  output's own ``image/png`` if it has one, else an SVG drawn at build time by plotly's static
-  export (kaleido, which drives a Chrome or Chromium already on the machine), else (no browser,
-  or ``--no-images``) a note that the chart needs JavaScript.
-- plotly's set-up output (a script that imports plotly.js from its CDN) is dropped.
-- ipywidgets outputs (``application/vnd.jupyter.widget-view+json``) cannot be rendered without a
-  kernel: a short note stands in their place instead of the widget's raw JSON.
-- links between notebooks (``01_....ipynb``) point to the pages (``01_....html``).
-
-Layout of the output folder: ``index.html``, ``plotly.min.js``, ``notebooks/NAME.html``,
-``labs/NAME.html``, and the static images ``notebooks/NAME/chart-N.svg``.
+Output: ``index.html``, ``plotly.min.js``, ``notebooks/NAME.html``, ``labs/NAME.html`` and the
+images ``notebooks/NAME/chart-N.svg``.
 
 Usage: ``python -m tools.book [--out build/book] [--only 00 06 ...] [--no-images]``.
 """

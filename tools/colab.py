@@ -27,7 +27,8 @@ def _notebook_paths(root: pathlib.Path) -> list[pathlib.Path]:
 
 
 def sync_colab(root: str | pathlib.Path | None = None) -> list[pathlib.Path]:
-    """Write :data:`SETUP_CELL` and a Colab badge (from :data:`COLAB_REPO`) into every notebook.
+    """Write :data:`helpers.notebook.SETUP_CELL` and a Colab badge (from
+    :data:`helpers.notebook.COLAB_REPO`) into every notebook.
 
     Only the source of the first code cell and of the first Markdown cell change (the badge goes
     on the line after the title, replacing an existing badge; see :func:`badge_target` for the

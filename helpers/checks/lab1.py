@@ -35,7 +35,7 @@ from helpers.checks import (
     kernel_line,
     random_array,
 )
-from helpers.device import backend  # noqa: F401  (decides simulator or GPU first)
+from helpers.device import backend  # noqa: F401
 
 __all__ = ["check_relu", "check_saxpy", "check_launch_config", "check_relu_grid_stride",
            "RELU_LAUNCHES", "GRID_STRIDE_LAUNCHES", "LAUNCH_CONFIG_CASES", "KERNEL_ARGTYPES"]

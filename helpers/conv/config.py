@@ -9,6 +9,7 @@ Symbols as in the cuDNN paper: input ``x: (N, C, H, W)``, filters ``w: (K, C, R,
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 __all__ = ["ConvConfig", "pair"]
 
@@ -94,9 +95,9 @@ class ConvConfig:
         Raises:
             ValueError: n < 1.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not hasattr(n, "__index__") or operator.index(n) < 1:
             raise ValueError(f"batch n must be an integer >= 1, got {n!r}")
-        return dataclasses.replace(self, n=n)
+        return dataclasses.replace(self, n=operator.index(n))
 
     @classmethod
     def from_study(cls, b: int, i: int, f: int, k: int, s: int, c: int = 1, padding: int = 0,
@@ -107,8 +108,19 @@ class ConvConfig:
         Source: Li et al., ICPP 2016, Section IV-B (the 5-tuple (b, i, f, k, s)) and Table I.
 
         Raises:
-            ValueError: as :meth:`from_shapes`.
+            ValueError: naming the study's symbol: b, i, f, k or c not an integer >= 1, s < 1,
+                padding < 0, or the kernel larger than the padded input.
         """
+        for symbol, value, what in (("b", b, "batch"), ("i", i, "input size"),
+                                    ("f", f, "filters"), ("k", k, "kernel size"),
+                                    ("s", s, "stride"), ("c", c, "input channels")):
+            if isinstance(value, bool) or not hasattr(value, "__index__") or value < 1:
+                raise ValueError(f"{symbol} ({what}) must be an integer >= 1, got {value!r}")
+        if isinstance(padding, bool) or not hasattr(padding, "__index__") or padding < 0:
+            raise ValueError(f"padding must be an integer >= 0, got {padding!r}")
+        if k > i + 2 * padding:
+            raise ValueError(f"k = {k} (kernel size) is larger than the padded input "
+                             f"i + 2 * padding = {i + 2 * padding}")
         cfg = cls.from_shapes((b, c, i, i), (f, c, k, k), s, padding)
         return dataclasses.replace(cfg, name=name) if name else cfg
 

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from numba import cuda, float32  # noqa: E402
 
-from helpers import occupancy  # noqa: F401  (backend decides simulator vs GPU first)
 from helpers.device import backend
 from helpers.device.arrays import cuda_device, kernel_array, launch, poisoned, to_torch  # noqa: E402
 

@@ -27,7 +27,7 @@ from helpers.device import backend
 from helpers.experiments import sweep
 from helpers.paper import TABLE_I
 
-__all__ = ["bench_layers", "measure", "recorded", "format_table", "FIELDS", "PREFIX", "COMMAND",
+__all__ = ["bench_layers", "measure", "recorded", "recorded_by_gpu", "format_table", "FIELDS", "PREFIX", "COMMAND",
            "main"]
 
 #: results/ file-name prefix of recorded runs, and the command that records one on a GPU.
@@ -122,6 +122,17 @@ def recorded(**match) -> results.Recorded:
     and date (``device``), filtered by ``match`` (e.g. ``strategy="fft"``): the fields of
     :data:`FIELDS`. ``.note`` says where they come from, or how to record them."""
     return results.recorded(PREFIX, COMMAND, **match)
+
+
+def recorded_by_gpu(strategies=None) -> tuple[results.Recorded, dict[tuple[str, int], list[dict]]]:
+    """:func:`recorded`, and its rows grouped by (device, batch): one group per recorded run,
+    keeping only ``strategies`` (names; default all) in the order they were recorded."""
+    rec = recorded()
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rec.rows:
+        if strategies is None or r["strategy"] in strategies:
+            groups.setdefault((r["device"], r["b"]), []).append(r)
+    return rec, groups
 
 
 def format_table(rows: list[dict]) -> str:

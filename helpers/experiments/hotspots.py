@@ -12,7 +12,7 @@ type (:mod:`helpers.experiments.layer_times`); runs that the analytic FLOP count
 
 Units: seconds; input size in pixels (height = width); batch in images.
 Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016, Section III, Figure 2.
+ICPP 2016, Section IV-A, Figure 2.
 """
 
 from __future__ import annotations
@@ -31,15 +31,11 @@ from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module
 from helpers.networks import figure2
 from helpers.networks.figure2 import MODELS, NAMES, NATIVE_INPUT
+from helpers.paper import STUDY_FIGURE2
 
 __all__ = ["ASSUMED_EFFICIENCY", "COMMAND", "CPU_DEFAULTS", "GPU_DEFAULTS", "PREFIX",
            "STUDY_FIGURE2", "RecordedProfiles", "estimate", "format_table", "main", "measure",
            "recorded", "refusal", "save"]
-
-#: The study's Figure 2: share of 10 training iterations (forward + backward) spent in
-#: convolution layers, on a Tesla K40c (Li et al., ICPP 2016). Reported, not measured here.
-STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "vgg16": 0.90,
-                                   "overfeat": 0.94}
 
 #: Default run on a CPU: small enough that all four networks take well under a minute on a
 #: 2-core machine (our choice; the study's batch sizes are not in its summary). One thread:

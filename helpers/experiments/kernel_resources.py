@@ -33,33 +33,11 @@ from helpers.experiments.memory_access import (
     gpu_refusal,
 )
 from helpers.kernels import KERNELS, KernelSpec
+from helpers.paper import STUDY_FIGURE_6, STUDY_TABLE_II
 
 __all__ = [
     "COMMAND", "PREFIX", "STUDY_FIGURE_6", "STUDY_TABLE_II", "compare_with_driver",
     "driver_active_blocks", "format_table", "main", "measure", "recorded", "save_kernel_resources"]
-
-#: The study's Table II (K40c, CUDA 7.5, nvprof): registers per thread and shared memory per
-#: block (KB) of each implementation's main convolution kernel, as the study reports them.
-STUDY_TABLE_II: list[dict] = [
-    {"implementation": "Caffe", "strategy": "unrolling", "regs_per_thread": 86, "smem_kb": 8.5},
-    {"implementation": "cuDNN", "strategy": "unrolling", "regs_per_thread": 80, "smem_kb": 8.4},
-    {"implementation": "Torch-cunn", "strategy": "unrolling", "regs_per_thread": 84,
-     "smem_kb": 8.1},
-    {"implementation": "Theano-CorrMM", "strategy": "unrolling", "regs_per_thread": 72,
-     "smem_kb": 7.0},
-    {"implementation": "cuda-convnet2", "strategy": "direct", "regs_per_thread": 116,
-     "smem_kb": 16.0},
-    {"implementation": "fbfft", "strategy": "FFT", "regs_per_thread": 106, "smem_kb": 10.0},
-    {"implementation": "Theano-fft", "strategy": "FFT", "regs_per_thread": 2, "smem_kb": 4.5},
-]
-
-#: The study's Figure 6 (nvprof metrics on the K40c), in words, as the study reports them.
-STUDY_FIGURE_6: dict[str, str] = {
-    "achieved occupancy": "mostly under 30 %; cuda-convnet2 14-22 % (116 registers per thread: "
-                          "17 active warps of 64)",
-    "global load efficiency": "under 20 % for the implementations measured",
-    "warp execution efficiency": "above 97 %, except Theano-fft (66-81 %)",
-}
 
 #: File-name prefix of the tables recorded in ``results/``.
 PREFIX = "kernel_resources_"

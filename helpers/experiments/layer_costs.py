@@ -8,7 +8,7 @@ the study's Figure 2. The numbers are exact and the same on every machine.
 Shapes: NCHW float32 inputs ``(batch, 3, input_size, input_size)``; counts are Python ints.
 
 Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016, Section III, Figure 2 (why convolution layers dominate training time).
+ICPP 2016, Section IV-A, Figure 2 (why convolution layers dominate training time).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ times; on a GPU, the CUDA kernels' device times.
 Shapes: float32 NCHW inputs ``(N, C, H, W)``; times in seconds (float).
 
 Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016, Section III, Figure 2 (the share of training time per layer type).
+ICPP 2016, Section IV-A, Figure 2 (the share of training time per layer type).
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ Source: Li et al., ICPP 2016, Sections IV-B (Figure 3, runtime), V-B (Figure 5, 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import json
 import pathlib
 import sys
 import time
@@ -45,7 +43,7 @@ from helpers.paper import TABLE_I
 PREFIX = "sweep_paper_"
 COMMAND = "python -m helpers.experiments.sweep --preset paper --out results/sweep_paper_<gpu>.csv"
 
-__all__ = ["recorded", "PREFIX", "COMMAND", "SweepPoint", "Preset", "PRESETS", "FIELDS", "measure", "estimate_seconds",
+__all__ = ["estimate", "recorded", "PREFIX", "COMMAND", "SweepPoint", "Preset", "PRESETS", "FIELDS", "measure", "estimate_seconds",
            "refusal", "run_preset", "fastest_map", "findings", "main"]
 
 #: Columns of every row (units in the names; ``device`` names the CPU or GPU).
@@ -291,6 +289,11 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
     return [{k: r[k] for k in FIELDS} for r in rows]
 
 
+def estimate(cfg: ConvConfig, strategy: str, device: str, backward: bool = True) -> float:
+    """Estimated seconds of one call (as :func:`estimate_seconds`, from the assumed rates)."""
+    return estimate_seconds(cfg, strategy, device, backward)
+
+
 def recorded(**match) -> results.Recorded:
     """Rows of every recorded GPU run of the 'paper' preset (``results/sweep_paper_*``), each
     labelled with its GPU and date, filtered by ``match`` (e.g. ``status="ok"``)."""
@@ -319,8 +322,6 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
     names = strategies or [n for n, st in STRATEGIES.items() if device in st.devices]
     b, _, f, _, s = base
     rows, winners = [], []
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=len(kernels) * len(inputs) * len(names), desc="fastest map",
                unit=" runs", disable=not progress)
     for k in kernels:
@@ -363,7 +364,7 @@ def findings(rows: list[dict]) -> list[dict]:
         ``here`` (what these rows show, computed from them), ``agrees`` (True, False, or None
         when the rows cannot tell).
 
-    Source: Li et al., ICPP 2016, Section IV-A (Figures 3 and 5) and Section V.
+    Source: Li et al., ICPP 2016, Sections IV-B (Figure 3) and V-B (Figure 5).
     """
     out = []
     kernel = [r for r in rows if r["sweep"] == "kernel" and r["status"] == "ok"]
@@ -432,20 +433,15 @@ def findings(rows: list[dict]) -> list[dict]:
 
 
 def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, seconds: float) -> pathlib.Path:
-    """Write the rows to ``path`` and the machine's description to ``path`` with ``.json``."""
+    """Write the rows to ``path`` and the machine's description to ``path`` with ``.json``
+    (:func:`helpers.results.save`, with the preset, its scale and the seconds it took)."""
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    meta = {"name": path.stem, "preset": preset.name, "scale": preset.note,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": "python -m helpers.experiments.sweep " + " ".join(sys.argv[1:]),
-            "seconds": round(seconds, 1), "rows": len(rows),
-            "environment": backend.info().as_dict()}
-    json_path = path.with_suffix(".json")
-    json_path.write_text(json.dumps(meta, indent=2) + "\n")
+    if path.suffix != ".csv":
+        raise ValueError(f"out must name a .csv file, got {str(path)!r}")
+    _, json_path = results.save(
+        path.stem, [{k: r[k] for k in FIELDS} for r in rows], directory=path.parent,
+        command="python -m helpers.experiments.sweep " + " ".join(sys.argv[1:]),
+        extra={"preset": preset.name, "scale": preset.note, "seconds": round(seconds, 1)})
     return json_path
 
 

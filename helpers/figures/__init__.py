@@ -1,4 +1,4 @@
 """Charts (plotly): :mod:`~helpers.figures.style` and one module per notebook (``nbNN_*``).
 
-Only the notebooks and :mod:`helpers.widgets` import these modules.
+Only the notebooks, :mod:`helpers.widgets` and :mod:`helpers.notebook` import these modules.
 """

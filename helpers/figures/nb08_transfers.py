@@ -37,7 +37,7 @@ def transfer_bandwidth_figure(rows: Sequence[dict], links: Iterable[tuple[str, f
     Returns:
         The figure; a message figure when no row was measured.
 
-    Source: the study's remedy of pinned memory (Section IV-D).
+    Source: the study's remedy of pinned memory (Section V-D).
     """
     ok = _ok(rows, "gb_s")
     if not ok:

@@ -8,7 +8,7 @@ original paper is in the docstrings of :func:`build` and :class:`OverFeatFast`.
 Shapes: NCHW float32 images ``(N, 3, input_size, input_size)`` -> ``(N, num_classes)`` class
 scores; ``input_size`` is the height = width of the square image in pixels.
 
-Source: Li et al., ICPP 2016, Section III (Figure 2, hotspot layers of the four networks).
+Source: Li et al., ICPP 2016, Section IV-A (Figure 2, hotspot layers of the four networks).
 """
 
 from __future__ import annotations
