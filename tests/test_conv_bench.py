@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.conv import STRATEGIES, ConvConfig
 from helpers.device import backend
-from helpers.conv import STRATEGIES
-from helpers.experiments.conv_bench import main
-from helpers.experiments.conv_bench import FIELDS, bench_layers, format_table
-from helpers.conv import ConvConfig
+from helpers.experiments.conv_bench import FIELDS, bench_layers, format_table, main
 
 TINY = (ConvConfig.from_study(b=2, i=9, f=3, k=3, s=1, c=2, name="T1"),
         ConvConfig.from_study(b=2, i=7, f=2, k=5, s=2, c=1, name="T2"))

@@ -3,16 +3,19 @@
 profiler's time by layer type (helpers.experiments.layer_times), and the experiment with its
 command and refusals (helpers.experiments.hotspots)."""
 
-import helpers  # noqa: F401  (decides the backend first)
-
+import importlib.util
 import json
 import math
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import simulator_only
 from torch import nn
 
+import helpers  # noqa: F401  (decides the backend first)
 from helpers import results
 from helpers.device import backend
 from helpers.experiments import hotspots, layer_times
@@ -21,8 +24,6 @@ from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import classify, profile_module
 from helpers.figures import nb02_hotspots
 from helpers.networks import figure2
-
-from conftest import simulator_only
 
 
 def _tiny_cnn() -> nn.Module:
@@ -372,3 +373,78 @@ def test_measure_on_the_gpu_uses_kernel_time():
     assert math.isclose(sum(p.shares.values()), 1.0, rel_tol=1e-9)
     assert p.conv_share > 0.2
     assert p.total_s <= 1.05 * p.wall_s  # kernel time cannot exceed the synchronised wall time
+
+
+# ------------------------------------------------------- time limit, torchvision, --out
+
+
+SKIPPED = "skipped: time limit of 7.5 s reached"
+
+
+def test_profile_models_past_deadline_profiles_nothing():
+    profiles, skipped = hotspots.profile_models(
+        [("overfeat", 71), ("vgg16", 32)], 1, 1, threads=1,
+        deadline=time.monotonic() - 1.0, time_limit=7.5)
+    assert profiles == []
+    assert skipped == [("overfeat", SKIPPED), ("vgg16", SKIPPED)]
+
+
+def test_profile_models_without_deadline_profiles_every_network():
+    profiles, skipped = hotspots.profile_models([("overfeat", 71)], 1, 1, threads=1,
+                                                deadline=None)
+    assert skipped == [] and [p.model for p in profiles] == ["overfeat"]
+    assert profiles[0].total_s > 0 and profiles[0].batch == 1
+
+
+def test_overfeat_builds_without_torchvision_and_the_others_say_why(monkeypatch):
+    assert figure2.missing_requirement("overfeat") is None
+    has_torchvision = importlib.util.find_spec("torchvision") is not None
+    assert (figure2.missing_requirement("alexnet") is None) == has_torchvision
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as if it were not
+    assert figure2.missing_requirement("overfeat") is None
+    assert isinstance(figure2.build("overfeat", num_classes=10), figure2.OverFeatFast)
+    for name in figure2.TORCHVISION_MODELS:
+        assert figure2.missing_requirement(name) == "torchvision is not installed"
+        with pytest.raises(ImportError):
+            figure2.build(name)
+    with pytest.raises(ValueError, match="model_name"):
+        figure2.missing_requirement("lenet")
+
+
+def test_command_skips_networks_that_need_torchvision(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    assert main(["--model", "alexnet"]) == 1
+    out = capsys.readouterr().out
+    assert "AlexNet: skipped: torchvision is not installed" in out and "nothing" in out
+
+
+def test_command_past_its_time_limit_measures_nothing(capsys):
+    # a microsecond has passed before the first network could start
+    assert main(["--model", "overfeat", "--batch", "1", "--input", "71", "--iterations", "1",
+                 "--time-limit", "1e-6"]) == 1
+    out = capsys.readouterr().out
+    assert "OverFeat (fast): skipped: time limit of 1e-06 s reached" in out
+    assert "nothing measured" in out
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_command_rejects_a_time_limit_that_is_not_positive(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "overfeat", "--time-limit", value])
+    assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err
+
+
+def test_command_saves_no_cpu_profiles_even_with_out(tmp_path, capsys):
+    assert main(["--model", "overfeat", "--batch", "1", "--input", "71", "--iterations", "1",
+                 "--threads", "1", "--save", "--out", str(tmp_path)]) == 0
+    assert "not saved: results/ holds GPU measurements" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_command_saves_into_out(tmp_path):
+    assert main(["--model", "overfeat", "--batch", "2", "--iterations", "1", "--save",
+                 "--out", str(tmp_path), "--time-limit", "60"]) == 0
+    rec = hotspots.recorded(directory=tmp_path)
+    assert [p.model for p in rec.profiles] == ["overfeat"]

@@ -2,13 +2,13 @@
 the resource table (with a stand-in kernel), the recorded tables and the no-GPU behaviour.
 GPU-only checks are marked ``gpu``."""
 
-import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 import json
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import simulator_only
+
+import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from helpers import kernels, results
 from helpers.conv import direct, gemm
 from helpers.device import backend
@@ -191,3 +191,22 @@ def test_occupancy_calculation_matches_the_driver():
     assert rows
     wrong = [r for r in rows if not r["agree"]]
     assert not wrong, wrong[:5]
+
+
+# ------------------------------------------------------------------------------ --out
+
+
+@simulator_only
+def test_command_line_save_without_a_gpu_writes_nothing_into_out(capsys, tmp_path):
+    out_dir = tmp_path / "out"
+    assert kr.main(["--save", "--out", str(out_dir)]) == 1
+    assert capsys.readouterr().out.startswith("nothing saved: no CUDA GPU")
+    assert not out_dir.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_command_line_saves_into_out(tmp_path):
+    assert kr.main(["--save", "--out", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.glob("kernel_resources_*.csv")]
+    assert kr.recorded(tmp_path).rows

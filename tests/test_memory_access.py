@@ -2,15 +2,15 @@
 recorded addresses, banks and paths against hand-worked figures, and the no-GPU behaviour of the
 timings. GPU-only checks at the end are marked ``gpu``."""
 
-import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 import json
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import simulator_only
 from numba import cuda
 
-from conftest import simulator_only
+import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from helpers import results
 from helpers.device import backend
 from helpers.experiments import memory_access as ma
@@ -228,3 +228,24 @@ def test_gpu_timings_are_saved_and_read_back(tmp_path):
     rec = ma.recorded(tmp_path)
     assert [r["experiment"] for r in rec.rows].count("transpose") == 3
     assert all(r["gb_s"] is None for r in rec.rows if r["experiment"] == "divergence")
+
+
+# ------------------------------------------------------------------------------ --out
+
+
+@simulator_only
+def test_command_line_save_without_a_gpu_returns_1_at_once(capsys, tmp_path):
+    out_dir = tmp_path / "out"
+    assert ma.main(["--save", "--out", str(out_dir)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("nothing saved: no CUDA GPU")
+    assert "load efficiency" not in out  # the simulator's explanations are not run first
+    assert not out_dir.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_command_line_saves_into_out(tmp_path):
+    assert ma.main(["--save", "--out", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.glob("gpu_experiments_*.csv")]
+    assert ma.recorded(tmp_path).rows

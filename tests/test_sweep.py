@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from helpers.device import backend
 from helpers.conv import STRATEGIES, ConvConfig, config_for
-from helpers.paper import TABLE_I
+from helpers.device import backend
 from helpers.experiments.sweep import (
     FIELDS,
     PRESETS,
@@ -20,6 +19,7 @@ from helpers.experiments.sweep import (
     refusal,
     run_preset,
 )
+from helpers.paper import TABLE_I
 
 
 def test_paper_preset_has_the_studys_ranges_around_its_base():

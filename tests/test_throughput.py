@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import simulator_only
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.device import backend
-from helpers.experiments import throughput as tp
+from helpers.device import backend, host
 from helpers.device.timing import device_label
-from conftest import simulator_only
+from helpers.experiments import throughput as tp
 
 FAST = dict(min_run_time=0.005, progress=False)
 
@@ -99,10 +99,8 @@ def test_memory_refusal_names_the_numbers_and_the_device():
 
 
 def test_memory_limit_is_positive_and_below_ram():
-    import psutil
-
     limit = tp.memory_limit_bytes("cpu")
-    assert 0 < limit <= psutil.virtual_memory().total
+    assert 0 < limit <= host.ram_total_bytes()
 
 
 # ------------------------------------------------------------------------------ backends_for

@@ -5,8 +5,6 @@ Fast: tiny batches, 16-pixel images and a few steps; the GPU checks are marked a
 without a GPU.
 """
 
-import helpers  # noqa: F401  (decides the backend first)
-
 import json
 import math
 import time
@@ -14,13 +12,14 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import simulator_only
 from torch import nn
 
-from helpers.device import backend
-from helpers.networks import training_cnns, datasets
+import helpers  # noqa: F401  (decides the backend first)
+from helpers.device import backend, host
+from helpers.device.progress import time_limit_status
 from helpers.experiments import training, training_throughput, training_utilisation
-
-from conftest import simulator_only
+from helpers.networks import datasets, training_cnns
 
 TINY = dict(batch_size=4, steps=2, warmup=1, image_size=16, channels=1)
 
@@ -450,3 +449,107 @@ def test_gpu_measurements_run_with_utilisation_and_mixed_precision():
     assert row["images_per_s"] > 0 and not math.isnan(row["gpu_util_mean"])
     rows = training_throughput.precision_sweep("small", 64, "cuda", steps=3, min_seconds=0)
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
+
+
+# ------------------------------------------------------------------- time limit, --out, NVML
+
+
+SKIPPED = "skipped: time limit of 7.5 s reached"
+PAST = {"deadline": time.monotonic() - 1.0, "time_limit": 7.5}  # a deadline already passed
+
+
+def test_skipped_status_text():
+    assert time_limit_status(7.5) == SKIPPED
+    assert time_limit_status(60) == "skipped: time limit of 60 s reached"
+    assert time_limit_status(None) == "skipped: time limit reached"
+
+
+def test_sweeps_past_deadline_give_only_skipped_rows():
+    tiny = {k: v for k, v in TINY.items() if k != "batch_size"}
+    rows = (training_throughput.batch_size_sweep("small", [4, 8], ["cpu", "cuda"], **tiny,
+                                                 **PAST)
+            + training_throughput.workers_sweep("small", [0, 1], (False, True), **TINY, **PAST)
+            + training_throughput.depth_sweep(["small", "resnet20"], 4, ["cpu"], **tiny, **PAST)
+            + training_throughput.precision_sweep("small", 4, "cpu", **tiny, **PAST))
+    assert len(rows) == 4 + 4 + 2 + 6
+    assert all(tuple(r) == training_throughput.ROW_KEYS and r["status"] == SKIPPED
+               and math.isnan(r["images_per_s"]) for r in rows)
+    assert [r["batch_size"] for r in rows[:4]] == [4, 8, 4, 8]
+    assert [r["device_kind"] for r in rows[:4]] == ["cpu", "cpu", "cuda", "cuda"]
+    assert [(r["workers"], r["augment"]) for r in rows[4:8]] == [
+        (0, False), (1, False), (0, True), (1, True)]
+    assert [(r["model"], r["depth"]) for r in rows[8:10]] == [("small", 5), ("resnet20", 20)]
+    assert {r["precision"] for r in rows[10:]} == {"fp32", "bf16", "fp16"}
+    assert all(r["dataset"] == "lfw_subset" and r["experiment"] in training_throughput.EXPERIMENTS
+               for r in rows)
+    trace = training_throughput.utilisation_trace(device="cpu", seconds=0.3, **PAST)
+    assert trace["row"]["status"] == SKIPPED and trace["samples"] == []
+    assert tuple(trace["row"]) == training_throughput.ROW_KEYS
+
+
+def test_sweep_without_deadline_measures_every_point():
+    rows = training_throughput.batch_size_sweep(
+        "small", [2, 4], ["cpu"], deadline=None, time_limit=7.5,
+        **{k: v for k, v in TINY.items() if k != "batch_size"})
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+
+
+def test_the_gpu_run_keeps_what_notebook_09_reads_and_few_cpu_points():
+    plan = training_throughput._plan(quick=False, gpu=True, cores=16)
+    assert plan["batch"] == [("cpu", [16, 64]), ("cuda", [16, 64, 256, 1024])]
+    assert plan["workers"] == [("cuda", 256, [0, 1, 2, 4, 8])]  # notebook 09 reads the GPU's
+    assert plan["depth"] == (list(training_cnns.MODELS), 64)  # both devices: the speedups
+    cpu_only = training_throughput._plan(quick=False, gpu=False, cores=2)
+    assert cpu_only["workers"] == [("cpu", 64, [0, 1, 2])]
+    quick = training_throughput._plan(quick=True, gpu=False, cores=2, steps=20)
+    assert quick["depth"] == (["small"], 32) and quick["workers"][0][2] == [0]
+    assert quick["common"]["steps"] == 3 and quick["utilisation"][1] == 1.0
+
+
+def test_command_line_saves_into_out(tmp_path, capsys):
+    assert training_throughput.main(["--experiment", "batch", "--quick", "--batch-sizes", "4",
+                                     "--image-size", "16", "--save", "--out",
+                                     str(tmp_path)]) == 0
+    (csv_path,) = tmp_path.glob("training_*.csv")
+    meta = json.loads(csv_path.with_suffix(".json").read_text())
+    assert meta["rows"] == 2 and "--out" in meta["command"]
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_command_line_past_its_time_limit_saves_skipped_rows(tmp_path):
+    assert training_throughput.main(["--quick", "--image-size", "16", "--save", "--out",
+                                     str(tmp_path), "--time-limit", "1e-6"]) == 0
+    (csv_path,) = tmp_path.glob("training_*.csv")  # no utilisation trace: nothing sampled
+    lines = csv_path.read_text().splitlines()[1:]
+    assert len(lines) > 10
+    assert all("skipped: time limit of 1e-06 s reached" in line for line in lines)
+
+
+def test_command_line_without_the_dataset_returns_1(monkeypatch, capsys):
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'skimage'")
+
+    monkeypatch.setattr(training, "load_dataset", missing)
+    assert training_throughput.main(["--quick"]) == 1
+    assert "nothing measured" in capsys.readouterr().out
+
+
+def test_command_line_rejects_a_time_limit_that_is_not_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        training_throughput.main(["--quick", "--time-limit", "0"])
+    assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err
+
+
+def test_sampler_without_nvml_or_psutil_samples_the_cpu(monkeypatch):
+    monkeypatch.setattr(training_utilisation, "pynvml", None)
+    monkeypatch.setattr(training_utilisation, "gpu_reason", lambda: None)  # as on a GPU
+    monkeypatch.setattr(host, "psutil", None)  # CPU utilisation from /proc/stat
+    with training_utilisation.UtilisationSampler(interval_s=0.02, gpu=True) as s:
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            pass
+    assert s.gpu_reason == training_utilisation.NVML_MISSING
+    assert "NVML is not installed" in s.gpu_reason
+    assert len(s.samples) >= 3 and all(math.isnan(v["gpu_util"]) for v in s.samples)
+    cpu = [v["cpu_util"] for v in s.samples if not math.isnan(v["cpu_util"])]
+    assert cpu and all(0 <= v <= 100 for v in cpu)

@@ -1,20 +1,18 @@
-import helpers  # noqa: F401  (decides the backend first)
-
 import json
 import math
+import time
 
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import simulator_only
 
+import helpers  # noqa: F401  (decides the backend first)
 from helpers import results
 from helpers.device import backend
 from helpers.experiments import transfer_model, transfer_streams, transfers
 from helpers.figures import nb08_transfers
 from helpers.paper import TABLE_I
-
-from conftest import simulator_only
-
 
 # ------------------------------------------------------------------ the estimate, by hand
 
@@ -460,3 +458,62 @@ def test_gpu_command_line_saves_what_recorded_reads(tmp_path):
         assert refs and all(r["source"] == "reference" for r in refs)
     assert all(math.isfinite(float(r["gb_s"])) for r in
                transfers.recorded("bandwidth", tmp_path).rows)
+
+
+# --------------------------------------------------------------------- time limit, --out
+
+
+SKIPPED = "skipped: time limit of 7.5 s reached"
+PAST = {"deadline": time.monotonic() - 1.0, "time_limit": 7.5}  # a deadline already passed
+
+
+def test_measure_past_deadline_gives_only_skipped_rows():
+    rows = transfers.measure(["Conv5"], batch=4, chunks=2, sizes=[4096, 8192], repeats=3,
+                             **PAST)
+    assert len(rows["bandwidth"]) == 8 and len(rows["overlap"]) == 1
+    assert len(rows["share"]) == len(transfers.TRANSFER_STRATEGIES) and rows["timeline"] == []
+    for experiment, fields in (("bandwidth", transfers.BANDWIDTH_FIELDS),
+                               ("overlap", transfers.OVERLAP_FIELDS),
+                               ("share", transfers.SHARE_FIELDS)):
+        assert all(list(r) == list(fields) and r["status"] == SKIPPED for r in rows[experiment])
+    assert all(r["gb_s"] is None for r in rows["bandwidth"])
+    assert all(r["total_ms"] is None for r in rows["share"])
+    # each experiment alone, too
+    assert transfers.copy_bandwidth([4096], references=False, **PAST)[0]["status"] == SKIPPED
+    assert transfers.overlap_experiment("Conv5", 2, batch=4, **PAST)["timeline"] == []
+    assert transfers.transfer_share("Conv5", batch=4, **PAST)["status"] == SKIPPED
+
+
+def test_measure_without_deadline_skips_nothing():
+    rows = transfers.measure(["Conv5"], batch=4, chunks=2, sizes=[4096], repeats=3,
+                             deadline=None, time_limit=7.5)
+    statuses = [r["status"] for k in ("bandwidth", "overlap", "share") for r in rows[k]]
+    assert len(statuses) == 4 + 1 + len(transfers.TRANSFER_STRATEGIES)
+    assert not any(s.startswith("skipped") for s in statuses)
+    if backend.MODE == "gpu":
+        assert set(statuses) == {"ok"} and rows["timeline"]
+
+
+@simulator_only
+def test_command_line_save_without_a_gpu_returns_1_at_once(tmp_path, capsys):
+    assert transfers.main(["--save", "--out", str(tmp_path), "--time-limit", "30"]) == 1
+    out = capsys.readouterr().out
+    assert "not measured: no CUDA GPU" in out and "nothing was saved" in out
+    assert "ESTIMATE" not in out  # nothing else is run first
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_command_line_rejects_a_time_limit_that_is_not_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        transfers.main(["--time-limit", "0"])
+    assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
+def test_gpu_command_line_past_its_time_limit_saves_skipped_rows(tmp_path):
+    assert transfers.main(["--quick", "--batch", "4", "--chunks", "2", "--save",
+                           "--out", str(tmp_path), "--time-limit", "1e-6"]) == 0
+    names = sorted(p.name for p in tmp_path.glob("transfers_*.csv"))
+    assert len(names) == 3, names  # bandwidth, overlap, share; no timeline measured
+    assert all(transfers.recorded(e, tmp_path).rows == [] for e in transfers.EXPERIMENTS)

@@ -27,18 +27,20 @@ import platform
 import sys
 import warnings
 
+from helpers.device import host
+
 __all__ = [
-    "BackendWarning",
-    "BackendInfo",
-    "GpuSpec",
     "KNOWN_GPUS",
     "MODE",
     "MODE_REASON",
+    "BackendInfo",
+    "BackendWarning",
+    "GpuSpec",
     "describe",
+    "in_colab",
     "info",
     "lookup_gpu",
     "timings_meaningful",
-    "in_colab",
 ]
 
 
@@ -307,7 +309,7 @@ class BackendInfo:
     cpu_logical_cores: int | None
     cpu_peak_fp32_flops_estimate: float | None
     cpu_peak_source: str
-    ram_bytes: int
+    ram_bytes: int | None
     in_colab: bool
     python: str
     versions: dict[str, str]
@@ -324,7 +326,7 @@ class BackendInfo:
     @property
     def cpu_label(self) -> str:
         """One line naming the CPU, e.g. ``"CPU: AMD EPYC 7B13 (2 cores)"``."""
-        cores = self.cpu_logical_cores or self.cpu_physical_cores
+        cores = self.cpu_logical_cores or self.cpu_physical_cores or "?"
         return f"CPU: {self.cpu_model} ({cores} cores)"
 
     def as_dict(self) -> dict:
@@ -418,8 +420,6 @@ def _versions() -> dict[str, str]:
 
 def _cpu() -> tuple[str, float | None, str]:
     """CPU model, estimated FP32 peak FLOP/s, and how the estimate was made."""
-    import psutil
-
     model, flags, hz = platform.processor() or platform.machine(), set(), None
     try:
         import cpuinfo
@@ -430,10 +430,8 @@ def _cpu() -> tuple[str, float | None, str]:
         hz = (data.get("hz_advertised") or data.get("hz_actual") or (None,))[0]
     except Exception:  # noqa: BLE001 - the CPU report is informative only
         pass
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-    if not hz:
-        freq = psutil.cpu_freq()
-        hz = freq.max * 1e6 if freq and freq.max else None
+    cores = host.cpu_count(logical=False) or host.cpu_count() or 1
+    hz = hz or host.cpu_freq_max_hz()
     # FP32 FLOPs per cycle per core: 2 FMA units x lanes x 2 (multiply + add).
     if "avx512f" in flags:
         per_cycle, isa = 64, "AVX-512, 2 FMA units"
@@ -489,10 +487,9 @@ def info() -> BackendInfo:
         A :class:`BackendInfo`. In ``gpu`` mode it names the GPU (SM count, memory, compute
         capability, driver and CUDA versions) and its datasheet peaks from :data:`KNOWN_GPUS`;
         in every mode it names the CPU (model, cores, an estimated FP32 peak), RAM, whether this
-        is Google Colab, and the versions of the workbook's main libraries.
+        is Google Colab, and the versions of the workbook's main libraries. psutil, py-cpuinfo
+        and pynvml are used where installed; what cannot be told without them is None.
     """
-    import psutil
-
     gpu = _gpu_details() if MODE == "gpu" else {}
     spec = lookup_gpu(gpu["gpu_name"]) if gpu.get("gpu_name") else None
     cpu_model, cpu_peak, cpu_source = _cpu()
@@ -516,11 +513,11 @@ def info() -> BackendInfo:
         gpu_peak_source=(spec.source if spec else
                          ("not in the table of known GPUs" if MODE == "gpu" else None)),
         cpu_model=cpu_model,
-        cpu_physical_cores=psutil.cpu_count(logical=False),
-        cpu_logical_cores=psutil.cpu_count(logical=True),
+        cpu_physical_cores=host.cpu_count(logical=False),
+        cpu_logical_cores=host.cpu_count(logical=True),
         cpu_peak_fp32_flops_estimate=cpu_peak,
         cpu_peak_source=cpu_source,
-        ram_bytes=psutil.virtual_memory().total,
+        ram_bytes=host.ram_total_bytes(),
         in_colab=in_colab(),
         python=platform.python_version(),
         versions=_versions(),

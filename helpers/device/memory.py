@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from helpers.device import backend
+from helpers.device import backend, host
 from helpers.device.timing import device_label
 
 __all__ = ["MemoryResult", "peak_memory"]
@@ -147,9 +147,6 @@ def _release_free_heap() -> bool:
 
 
 def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
-    import psutil
-
-    proc = psutil.Process()
     trimmed = _release_free_heap()
     if _reset_hwm():
         baseline = _read_status_kib("VmRSS") * 1024
@@ -157,8 +154,8 @@ def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
         peak = _read_status_kib("VmHWM") * 1024
         method = "process peak RSS (Linux VmHWM, reset before the call)"
     else:
-        baseline = proc.memory_info().rss
-        sampler = _Sampler(lambda: proc.memory_info().rss, interval_s)
+        baseline = host.rss_bytes() or 0
+        sampler = _Sampler(lambda: host.rss_bytes() or 0, interval_s)
         sampler.start()
         try:
             value = fn(*args, **kwargs)

@@ -1,16 +1,15 @@
-"""Time every strategy at the study's Table I layers: ``python -m helpers.experiments.conv_bench``.
+"""Time every strategy at the study's Table I layers, forward and forward + backward.
 
-For each layer of :data:`helpers.paper.TABLE_I` (with its batch replaced by ``batch``, 1 by
-default so that a laptop CPU finishes in about a minute), each strategy and each device where
-timings mean something (the CPU always; ``cuda`` only on a real GPU, never in the simulator),
-it measures the forward pass and forward + backward with :func:`helpers.device.timing.benchmark`
-(warm-up, then the median of repeated calls, synchronised on a GPU), and the peak memory of
-forward + backward with :func:`helpers.device.memory.peak_memory`, beside the analytic FLOPs and
-workspace. Every row says how it compares with ``reference`` (torch's own convolution: cuDNN on
-a GPU, oneDNN on a CPU) on the same device and pass.
-
-A strategy that cannot run a layer (an unsupported configuration, a device it has no code for,
-the simulator) still gets a row, with the reason in ``status``.
+``python -m helpers.experiments.conv_bench [--batch N] [--device cpu|cuda] [--save] [--out DIR]
+[--time-limit S] [--quick]``: for each layer of :data:`helpers.paper.TABLE_I` (batch replaced
+by ``batch``, 1 by default so that a laptop CPU finishes in about a minute), each strategy and
+each device where timings mean something (the CPU; ``cuda`` only on a real GPU), it measures
+both passes with :func:`helpers.device.timing.benchmark` (warm-up, then the median, synchronised
+on a GPU) and the peak memory of forward + backward (:func:`helpers.device.memory.peak_memory`),
+beside the analytic FLOPs and workspace, and compares each with ``reference`` (torch's own
+convolution: cuDNN on a GPU, oneDNN on a CPU) on the same device and pass. A strategy that
+cannot run a layer (unsupported, no code for the device, the simulator, the time limit) still
+gets a row, with the reason in ``status``.
 
 Source: Li et al., ICPP 2016, Table I (the layers) and Figures 3 and 5 (runtime and memory).
 """
@@ -18,17 +17,28 @@ Source: Li et al., ICPP 2016, Table I (the layers) and Figures 3 and 5 (runtime 
 from __future__ import annotations
 
 import argparse
-
-from tqdm.auto import tqdm
+import pathlib
+import time
 
 from helpers import results
 from helpers.conv import STRATEGIES, ConvConfig
 from helpers.device import backend
+from helpers.device.progress import progress as progress_bar
+from helpers.device.progress import time_up
 from helpers.experiments import sweep
 from helpers.paper import TABLE_I
 
-__all__ = ["bench_layers", "measure", "recorded", "recorded_by_gpu", "format_table", "FIELDS", "PREFIX", "COMMAND",
-           "main"]
+__all__ = [
+    "COMMAND",
+    "FIELDS",
+    "PREFIX",
+    "bench_layers",
+    "format_table",
+    "main",
+    "measure",
+    "recorded",
+    "recorded_by_gpu",
+]
 
 #: results/ file-name prefix of recorded runs, and the command that records one on a GPU.
 PREFIX = "conv_table1_"
@@ -47,7 +57,8 @@ def _devices() -> list[str]:
 def bench_layers(batch: int | None = 1, layers: tuple[ConvConfig, ...] = TABLE_I,
                  strategies: list[str] | None = None, devices: list[str] | None = None,
                  min_run_time: float = 0.3, measure_memory: bool = True,
-                 progress=None, budget_s: float = 10.0, seed: int = 0) -> list[dict]:
+                 progress=None, budget_s: float = 10.0, seed: int = 0, *,
+                 deadline: float | None = None, time_limit: float | None = None) -> list[dict]:
     """Measure forward and forward + backward of each strategy at each layer.
 
     Args:
@@ -63,6 +74,9 @@ def bench_layers(batch: int | None = 1, layers: tuple[ConvConfig, ...] = TABLE_I
         budget_s: a call estimated to take longer (seconds) is refused, with the estimate, not
             run (:func:`helpers.experiments.sweep.refusal`: at the study's batch of 128 on a CPU, say).
         seed: seed of the random float32 inputs (never zeros).
+        deadline: a :func:`time.monotonic` value after which nothing more is run: the remaining
+            rows have status :func:`helpers.device.progress.time_limit_status` of
+            ``time_limit`` (seconds; only for that text). None: no deadline.
 
     Returns:
         One dict per (layer, strategy, device, pass) with the keys of :data:`FIELDS`: times in
@@ -97,11 +111,12 @@ def bench_layers(batch: int | None = 1, layers: tuple[ConvConfig, ...] = TABLE_I
                 if device not in STRATEGIES[name].devices:
                     continue  # no code for this device: nothing to measure or refuse
                 for backward in (False, True):
-                    if progress:
+                    if progress and not time_up(deadline):
                         progress(f"{layer.name} {name} {device} "
                                  f"{'forward+backward' if backward else 'forward'}")
                     m = sweep.measure(cfg, name, device, backward, min_run_time,
-                                measure_memory and backward, budget_s, seed)
+                                      measure_memory and backward, budget_s, seed,
+                                      deadline=deadline, time_limit=time_limit)
                     row = {"layer": layer.name, "b": b, "i": i, "f": f, "k": k, "s": s,
                            "c": layer.c, **m, "vs_reference": None}
                     if m["median_ms"] is not None:
@@ -153,35 +168,69 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _slug(devices: list[str]) -> str:
+    """The file name's device part: the GPU's name when the GPU was measured, else ``cpu``."""
+    if "cuda" in devices and backend.MODE == "gpu":
+        return results.slug(backend.info().gpu_name or "gpu")
+    return "cpu"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.conv_bench [--batch N] [--save]``: print the table;
-    ``--save`` writes ``results/conv_table1_b<N>_<device>.csv`` + ``.json``."""
+    """``python -m helpers.experiments.conv_bench [--batch N] [--device cpu|cuda] [--save]
+    [--out DIR] [--time-limit S] [--quick]``: print the table; ``--save`` writes
+    ``DIR/conv_table1_b<N>_<device>.csv`` + ``.json`` (``<device>``: the GPU's name, or
+    ``cpu`` when only the CPU was measured). Returns 0; 1 for ``--device cuda --save`` without
+    a GPU (nothing saved); 2 for a bad argument."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.conv_bench",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1,
                         help="batch size (default 1; the study used 128)")
+    parser.add_argument("--device", choices=sweep.DEVICES, default=None,
+                        help="measure on this device only (default: the CPU, and the GPU when "
+                             "there is one)")
     parser.add_argument("--save", action="store_true",
-                        help="write results/conv_table1_b<N>_<device>.csv + .json")
+                        help="write DIR/conv_table1_b<N>_<device>.csv + .json")
+    parser.add_argument("--out", default=str(results.RESULTS_DIR),
+                        help="folder --save writes to (default: results/)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds after which no new measurement starts; the rest are rows "
+                             "with status 'skipped: time limit ...'")
+    parser.add_argument("--quick", action="store_true",
+                        help="Conv5 only, short timings, and calls estimated over 0.05 s "
+                             "refused (a smoke test: ~15 s on a CPU)")
     args = parser.parse_args(argv)
     if args.batch < 1:
         print(f"--batch must be >= 1, got {args.batch}")
         return 2
+    if args.time_limit is not None and not args.time_limit > 0:
+        print(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
+        return 2
+    devices = [args.device] if args.device else _devices()
     info = backend.info()
     print(f"kernels: {info.device_label}")
-    bar = tqdm(desc="measuring", unit=" runs", leave=False)
+    if devices == ["cuda"] and backend.MODE != "gpu":
+        print(f"--device cuda: no GPU to time on ({backend.MODE_REASON}); the rows say why")
+        if args.save:
+            print("--save: nothing was measured, so nothing was saved")
+            return 1
+    deadline = None if args.time_limit is None else start + args.time_limit
+    bar = progress_bar(desc="measuring", unit=" runs", leave=False)
 
     def step(text: str) -> None:
         bar.set_postfix_str(text)
         bar.update()
 
-    rows = bench_layers(batch=args.batch, progress=step)
+    rows = bench_layers(batch=args.batch, layers=TABLE_I[-1:] if args.quick else TABLE_I,
+                        devices=devices, min_run_time=0.02 if args.quick else 0.3,
+                        budget_s=0.05 if args.quick else 10.0, progress=step, deadline=deadline, time_limit=args.time_limit)
     bar.close()
     print(f"Table I layers at batch {args.batch} (input channels: helpers.paper); medians, "
           f"'x ref' = time / torch's own convolution on the same device")
     print(format_table(rows))
     if args.save:
-        device = info.gpu_name if backend.MODE == "gpu" else "cpu"
-        paths = results.save(f"{PREFIX}b{args.batch}_{results.slug(device)}", rows)
+        paths = results.save(f"{PREFIX}b{args.batch}_{_slug(devices)}", rows,
+                             directory=pathlib.Path(args.out))
         print("saved " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -7,12 +7,12 @@ type (:mod:`helpers.experiments.layer_times`); runs that the analytic FLOP count
 :func:`estimate` (seconds) and :func:`refusal`, :func:`measure` (a live profile),
 :func:`recorded` (GPU profiles from ``results/hotspots_*``), :func:`main`::
 
-    python -m helpers.experiments.hotspots --model alexnet|googlenet|vgg16|overfeat|all
-        [--batch N --input S --iterations I --warmup W --device cpu|cuda --threads T --save]
+    python -m helpers.experiments.hotspots --model alexnet|googlenet|vgg16|overfeat|all [--batch N
+        --input S --iterations I --warmup W --device cpu|cuda --threads T --budget S --save
+        --out DIR --time-limit S]
 
-Units: seconds; input size in pixels (height = width); batch in images.
-Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks",
-ICPP 2016, Section IV-A, Figure 2.
+Units: seconds; input size in pixels (height = width); batch in images. Source: Li et al.,
+"Performance Analysis of GPU-based Convolutional Neural Networks", ICPP 2016, IV-A, Figure 2.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import argparse
 import dataclasses
 import pathlib
 import sys
+import time
 
-import psutil
 import torch
 
 from helpers import results
-from helpers.device import backend
+from helpers.device import backend, host
+from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module
 from helpers.networks import figure2
@@ -35,7 +36,7 @@ from helpers.paper import STUDY_FIGURE2
 
 __all__ = ["ASSUMED_EFFICIENCY", "COMMAND", "CPU_DEFAULTS", "GPU_DEFAULTS", "PREFIX",
            "STUDY_FIGURE2", "RecordedProfiles", "estimate", "format_table", "main", "measure",
-           "recorded", "refusal", "save"]
+           "profile_models", "recorded", "refusal", "save"]
 
 #: Default run on a CPU: small enough that all four networks take well under a minute on a
 #: 2-core machine (our choice; the study's batch sizes are not in its summary). One thread:
@@ -118,7 +119,7 @@ def _memory_available(device: str) -> int:
     if device == "cuda" and backend.MODE == "gpu":
         free, _ = torch.cuda.mem_get_info()
         return int(free)
-    return int(psutil.virtual_memory().available)
+    return host.ram_available_bytes()
 
 
 def refusal(model_name: str, batch: int, input_size: int, iterations: int, device: str = "cpu",
@@ -209,6 +210,41 @@ def measure(model_name: str, batch: int, input_size: int, iterations: int,
     model = figure2.build(model_name, seed=seed)
     return profile_module(model, (batch, 3, input_size, input_size), iterations, device, warmup,
                           num_classes=1000, seed=seed, name=model_name, threads=threads)
+
+
+def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, device: str = "cpu",
+                   warmup: int = 1, budget_s: float = 120.0, threads: int | None = None, *,
+                   deadline: float | None = None, time_limit: float | None = None,
+                   verbose: bool = False) -> tuple[list[HotspotProfile], list[tuple[str, str]]]:
+    """:func:`measure` each ``(model_name, input_size)`` of ``runs`` in turn, until a deadline.
+
+    Args:
+        runs: ``(model_name, input_size)`` pairs (keys of :data:`MODELS`, pixels).
+        batch, iterations, device, warmup, budget_s, threads: as :func:`measure`.
+        deadline: a :func:`time.monotonic` value; no network starts after it (one running then
+            finishes). None: no deadline.
+        time_limit: the ``--time-limit`` (seconds) the deadline came from, for the status text.
+        verbose: print a line as each network starts.
+
+    Returns:
+        ``(profiles, skipped)``: the :class:`HotspotProfile` of each network measured, in
+        order, and ``(model_name, status)`` for each not started, status
+        ``"skipped: time limit of T s reached"``.
+
+    Raises:
+        ValueError: as :func:`measure` (a bad argument or a refused run).
+    """
+    profiles, skipped = [], []
+    for model_name, size in runs:
+        if time_up(deadline):
+            skipped.append((model_name, time_limit_status(time_limit)))
+            continue
+        if verbose:
+            print(f"profiling {MODELS[model_name]}: batch {batch}, input {size} px, {warmup} "
+                  f"warm-up + {iterations} iterations on {device}...", flush=True)
+        profiles.append(measure(model_name, batch, size, iterations, device, warmup,
+                                budget_s=budget_s, threads=threads))
+    return profiles, skipped
 
 
 def format_table(profiles: list[HotspotProfile], study: bool = True) -> str:
@@ -337,7 +373,12 @@ def _sizes(model_names, input_size):
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.hotspots``: profile training and print the shares by
-    layer type. Returns 0, or 2 for a refused run (bad arguments exit with status 2)."""
+    layer type; ``--save`` writes GPU profiles to ``--out`` (default ``results/``).
+
+    Networks that cannot be built here (torchvision missing) and those not started before
+    ``--time-limit`` seconds are named and skipped. Returns 0 when at least one network was
+    measured, 1 when none was, 2 for a refused run (bad arguments exit with status 2)."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.hotspots",
         description="Share of CNN training time by layer type (the study's Figure 2). CPU "
@@ -359,8 +400,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=120.0,
                         help="refuse runs estimated to take longer than this many seconds")
     parser.add_argument("--save", action="store_true",
-                        help=f"on a GPU, save the rows to results/{PREFIX}<gpu>.csv/.json")
+                        help=f"on a GPU, save the rows to <out>/{PREFIX}<gpu>.csv/.json")
+    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
+                        help="seconds after which no further network is profiled")
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    deadline = None if args.time_limit is None else start + args.time_limit
     device = args.device or ("cuda" if backend.MODE == "gpu" else "cpu")
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     batch = args.batch if args.batch is not None else defaults["batch"]
@@ -370,7 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     if threads is not None and not 1 <= threads <= 1024:
         parser.error(f"threads must be an integer from 1 to 1024, got {threads}")
     names = list(NAMES) if args.model == "all" else [args.model]
-    runs = _sizes(names, input_size)
+    missing = {m: figure2.missing_requirement(m) for m in names}
+    for m in names:
+        if missing[m]:
+            print(f"{MODELS[m]}: skipped: {missing[m]}")
+    runs = _sizes([m for m in names if not missing[m]], input_size)
+    if not runs:
+        print("nothing measured: no network can be built here")
+        return 1
     try:
         reasons = [refusal(m, batch, s, iterations, device, args.warmup, args.budget, threads)
                    for m, s in runs]
@@ -389,18 +443,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refused: the {len(runs)} runs together are estimated at about {total_est:,.0f} s, "
               f"over the {args.budget:g} s budget (raise --budget or measure fewer models)")
         return 2
-    profiles = []
-    for m, s in runs:
-        print(f"profiling {MODELS[m]}: batch {batch}, input {s} px, {args.warmup} warm-up + "
-              f"{iterations} iterations on {device}...", flush=True)
-        profiles.append(measure(m, batch, s, iterations, device, args.warmup,
-                                budget_s=args.budget, threads=threads))
+    profiles, late = profile_models(runs, batch, iterations, device, args.warmup, args.budget,
+                                    threads, deadline=deadline, time_limit=args.time_limit,
+                                    verbose=True)
+    for m, status in late:
+        print(f"{MODELS[m]}: {status}")
+    if not profiles:
+        print("nothing measured")
+        return 1
     print(format_table(profiles))
     if args.save:
         if device == "cuda":
             command = "python -m helpers.experiments.hotspots " + " ".join(
                 sys.argv[1:] if argv is None else argv)
-            print("saved", *save(profiles, command=command))
+            print("saved", *save(profiles, command=command, directory=args.out))
         else:
             print("not saved: results/ holds GPU measurements (run with --device cuda on a GPU)")
     return 0

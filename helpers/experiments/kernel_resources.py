@@ -282,21 +282,25 @@ def save_kernel_resources(directory=None) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.kernel_resources [--save]``: print our kernels' registers,
-    shared memory and occupancy, measured now on a GPU (``--save`` also writes them to
-    ``results/``), else those recorded in ``results/``. Returns 1 without a GPU, else 0."""
+    """``python -m helpers.experiments.kernel_resources [--save] [--out DIR]``: print our
+    kernels' registers, shared memory and occupancy, measured now on a GPU (``--save`` also
+    writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
+    Returns 1 without a GPU (nothing saved), else 0."""
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.kernel_resources",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
-                        help=f"on a GPU, write the table to results/{PREFIX}<gpu>")
+                        help=f"on a GPU, write the table to <out>/{PREFIX}<gpu>")
+    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
     args = parser.parse_args(argv)
     reason = gpu_refusal()
     if reason:
+        if args.save:
+            print(f"nothing saved: {reason}", flush=True)
         rec = recorded()
         print(format_table(rec.rows, f"No GPU here: {reason}.\n{rec.note}"))
         return 1
     if args.save:
-        paths = save_kernel_resources()
+        paths = save_kernel_resources(args.out)
         rows = results.load(paths[0].stem, paths[0].parent).rows
         print(format_table(rows, "Measured now and saved to " + ", ".join(map(str, paths))))
     else:

@@ -495,27 +495,29 @@ def _print_timings(rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.memory_access [--save]``: print the three explanations
-    (simulator or GPU), then the GPU timings: measured now on a GPU (``--save`` also writes
-    them to ``results/``), else those recorded in ``results/``. Returns 1 for ``--save``
-    without a GPU, else 0."""
+    """``python -m helpers.experiments.memory_access [--save] [--out DIR]``: print the three
+    explanations (simulator or GPU), then the GPU timings: measured now on a GPU (``--save``
+    also writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
+    Returns 1 for ``--save`` without a GPU (said at once; nothing run, nothing saved), else 0."""
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.memory_access",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
-                        help=f"on a GPU, write the timings to results/{PREFIX}<gpu>")
+                        help=f"on a GPU, write the timings to <out>/{PREFIX}<gpu>")
+    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
     args = parser.parse_args(argv)
+    reason = gpu_refusal()
+    if reason and args.save:
+        print(f"nothing saved: {reason}")
+        return 1
     for explanation in (explain_coalescing(), explain_banks(), explain_divergence()):
         print(explanation, "\n")
-    reason = gpu_refusal()
     if reason:
         rec = recorded()
         print(f"GPU timings: {rec.note}")
         if rec:
             _print_timings(rec.rows)
-        if args.save:
-            print(f"nothing saved: {reason}")
-        return int(args.save)
-    paths = save_gpu_experiments() if args.save else ()
+        return 0
+    paths = save_gpu_experiments(directory=args.out) if args.save else ()
     _print_timings(results.load(paths[0].stem, paths[0].parent).rows if paths else measure())
     if paths:
         print("saved", *paths)

@@ -1,11 +1,11 @@
 """The study's experiments as data, and the command that runs them.
 
-``python -m helpers.experiments.sweep --preset NAME --out FILE.csv`` measures every strategy of
-:data:`helpers.conv.STRATEGIES` on every device present over the study's one-parameter sweeps
-and Table I's layers (:data:`PRESETS`), with a progress bar, and writes one CSV row per (point,
-strategy, device) plus ``FILE.json`` describing the machine. A point a strategy cannot run
-(unsupported, the CUDA simulator, over the time or memory budget) is a row whose ``status``
-says why, never a gap. Notebook 06 runs and reads these experiments.
+``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device cpu,cuda]
+[--time-limit S]`` measures every strategy of :data:`helpers.conv.STRATEGIES` over the study's
+one-parameter sweeps and Table I's layers (:data:`PRESETS`) and writes one CSV row per (point,
+strategy, device) plus ``FILE.json`` describing the machine. A point not run (unsupported, the
+simulator, over a budget or the time limit) is a row whose ``status`` says why, never a gap.
+Notebook 06 runs and reads these experiments.
 
 Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters, kernel
 height = width, stride), plus input channels c and padding; kernels use the cuDNN paper's
@@ -25,7 +25,6 @@ import time
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from helpers import results
 from helpers.conv import (
@@ -36,15 +35,36 @@ from helpers.conv import (
     conv2d_backward,
     simulator_refusal,
 )
-from helpers.device import backend, memory, timing
+from helpers.device import backend, host, memory, timing
+from helpers.device.progress import progress as progress_bar
+from helpers.device.progress import time_limit_status, time_up
 from helpers.paper import TABLE_I
 
 #: results/ file-name prefix of recorded runs of the 'paper' preset, and how to record one.
 PREFIX = "sweep_paper_"
 COMMAND = "python -m helpers.experiments.sweep --preset paper --out results/sweep_paper_<gpu>.csv"
 
-__all__ = ["estimate", "recorded", "PREFIX", "COMMAND", "SweepPoint", "Preset", "PRESETS", "FIELDS", "measure", "estimate_seconds",
-           "refusal", "run_preset", "fastest_map", "findings", "main"]
+__all__ = [
+    "COMMAND",
+    "DEVICES",
+    "FIELDS",
+    "PREFIX",
+    "PRESETS",
+    "Preset",
+    "SweepPoint",
+    "estimate",
+    "estimate_seconds",
+    "fastest_map",
+    "findings",
+    "main",
+    "measure",
+    "recorded",
+    "refusal",
+    "run_preset",
+]
+
+#: The devices a sweep measures on.
+DEVICES = ("cpu", "cuda")
 
 #: Columns of every row (units in the names; ``device`` names the CPU or GPU).
 FIELDS = ("preset", "sweep", "x", "layer", "b", "i", "f", "k", "s", "c", "padding", "strategy",
@@ -83,7 +103,8 @@ class SweepPoint:
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    """A named set of sweeps: base tuple, ranges, Table I's batch, and how it relates to the study."""
+    """A named set of sweeps: base tuple, ranges, Table I's batch (None: no Table I points),
+    and how it relates to the study."""
 
     name: str
     base: tuple[int, int, int, int, int]
@@ -93,11 +114,12 @@ class Preset:
     filters: range
     kernel: range
     stride: range
-    table1_batch: int
+    table1_batch: int | None
     note: str
 
     def points(self) -> list[SweepPoint]:
-        """Every point of the five one-parameter sweeps, then Table I's layers.
+        """Every point of the five one-parameter sweeps, then Table I's layers (unless
+        ``table1_batch`` is None).
 
         Raises:
             ValueError: a point that is not a valid layer (as :meth:`ConvConfig.from_study`).
@@ -108,10 +130,10 @@ class Preset:
                               ("filters", self.filters), ("kernel", self.kernel),
                               ("stride", self.stride)):
             for v in values:
-                t = dict(b=b, i=i, f=f, k=k, s=s)
+                t = {"b": b, "i": i, "f": f, "k": k, "s": s}
                 t[{"batch": "b", "input": "i", "filters": "f", "kernel": "k", "stride": "s"}[sweep]] = v
                 pts.append(SweepPoint(sweep, v, ConvConfig.from_study(c=self.c, **t)))
-        for n, layer in enumerate(TABLE_I, start=1):
+        for n, layer in enumerate(TABLE_I if self.table1_batch is not None else (), start=1):
             pts.append(SweepPoint("table1", n, layer.with_batch(self.table1_batch)))
         return pts
 
@@ -128,6 +150,8 @@ class Preset:
 #:   a few minutes: base (2, 32, 16, 11, 1); batch 1..16 (the study's /32), input 16..64 step 4
 #:   (/4, from 16 so the 11 x 11 kernel fits), filters 8..128 step 8 (/4), kernel 1..15 (odd),
 #:   stride 1..4, Table I at batch 1.
+#: * ``smoke``: a check that the command runs (about 10 s on a 2-core CPU): base
+#:   (1, 16, 4, 3, 1), two values per sweep, no Table I points. Not a measurement to read.
 PRESETS: dict[str, Preset] = {
     "paper": Preset(
         "paper", (64, 128, 64, 11, 1), 3, range(32, 513, 32), range(32, 257, 16),
@@ -138,6 +162,10 @@ PRESETS: dict[str, Preset] = {
         range(8, 129, 8), range(1, 16, 2), range(1, 5), 1,
         "the study's sweeps scaled for a CPU: base (2, 32, 16, 11, 1), C = 3, batch /32, "
         "input /4, filters /4; Table I at batch 1"),
+    "smoke": Preset(
+        "smoke", (1, 16, 4, 3, 1), 3, range(1, 3), range(12, 17, 4), range(4, 9, 4),
+        range(3, 6, 2), range(1, 3), None,
+        "a smoke test: base (1, 16, 4, 3, 1), C = 3, two values per sweep, no Table I"),
 }
 
 
@@ -159,9 +187,7 @@ def _memory_available(device: str) -> int:
     if device == "cuda" and backend.MODE == "gpu":
         free, _ = torch.cuda.mem_get_info()
         return int(free)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    return host.ram_available_bytes()
 
 
 def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
@@ -195,7 +221,8 @@ def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
 
 def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             min_run_time: float = 0.05, measure_memory: bool = True, budget_s: float = 2.0,
-            seed: int = 0) -> dict:
+            seed: int = 0, *, deadline: float | None = None,
+            time_limit: float | None = None) -> dict:
     """Time one strategy at one configuration, or say why not.
 
     Args:
@@ -207,6 +234,9 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
         measure_memory: also measure the call's peak memory (:func:`helpers.device.memory.peak_memory`).
         budget_s: refuse, without running, a call estimated to take longer (seconds).
         seed: seed of the random float32 inputs.
+        deadline: a :func:`time.monotonic` value; once it has passed nothing is run and the
+            row's status is :func:`time_limit_status` of ``time_limit`` (seconds, the limit the
+            deadline came from; only for that text). None: no deadline.
 
     Returns:
         dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
@@ -228,6 +258,9 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
            "iqr_ms": None, "gflop_per_s": None, "flops": strat.flops(cfg, backward),
            "workspace_bytes": strat.workspace_bytes(cfg, backward), "peak_bytes": None,
            "status": "ok"}
+    if time_up(deadline):
+        row["status"] = time_limit_status(time_limit)
+        return row
     reason = refusal(cfg, strategy, device, backward, budget_s)
     if reason is None and device == "cuda":
         reason = simulator_refusal(strat, cfg, backward)
@@ -259,7 +292,8 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
 
 def run_preset(preset: str | Preset, devices: list[str] | None = None,
                strategies: list[str] | None = None, min_run_time: float = 0.05,
-               budget_s: float = 2.0, progress: bool = True) -> list[dict]:
+               budget_s: float = 2.0, progress: bool = True, *, deadline: float | None = None,
+               time_limit: float | None = None) -> list[dict]:
     """Run every (point, strategy, device) of a preset; rows with the keys of :data:`FIELDS`.
 
     Args:
@@ -267,8 +301,9 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
         devices: default the CPU, and ``cuda`` (the GPU, or rows saying the simulator cannot
             time it).
         strategies: default all of :data:`STRATEGIES`.
-        min_run_time, budget_s: as :func:`measure`.
-        progress: show a tqdm progress bar.
+        min_run_time, budget_s, deadline, time_limit: as :func:`measure` (once the deadline
+            has passed, every remaining row says so and nothing more is run).
+        progress: show a progress bar (:func:`helpers.device.progress.progress`).
 
     Raises:
         ValueError: an unknown preset, strategy or device.
@@ -278,14 +313,17 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
         preset = PRESETS[preset]
     names = list(strategies or STRATEGIES)
-    devs = list(devices or ["cpu", "cuda"])
+    devs = list(devices or DEVICES)
+    for d in devs:
+        if d not in DEVICES:
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {d!r}")
     jobs = [(p, n, d) for p in preset.points() for n in names for d in devs]
     rows = []
-    for point, name, device in tqdm(jobs, desc=f"sweep {preset.name}", unit=" runs",
-                                    disable=not progress):
+    for point, name, device in progress_bar(jobs, desc=f"sweep {preset.name}", unit=" runs",
+                                            disable=not progress):
         base = {"preset": preset.name, **point.fields()}
         rows.append({**base, **measure(point.cfg, name, device, True, min_run_time, True,
-                                       budget_s)})
+                                       budget_s, deadline=deadline, time_limit=time_limit)})
     return [{k: r[k] for k in FIELDS} for r in rows]
 
 
@@ -322,8 +360,8 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
     names = strategies or [n for n, st in STRATEGIES.items() if device in st.devices]
     b, _, f, _, s = base
     rows, winners = [], []
-    bar = tqdm(total=len(kernels) * len(inputs) * len(names), desc="fastest map",
-               unit=" runs", disable=not progress)
+    bar = progress_bar(total=len(kernels) * len(inputs) * len(names), desc="fastest map",
+                       unit=" runs", disable=not progress)
     for k in kernels:
         line = []
         for i in inputs:
@@ -445,23 +483,52 @@ def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, second
     return json_path
 
 
+def _devices_arg(values: list[str] | None) -> list[str] | None:
+    """``--device`` values (repeated and/or comma lists) as a list without repeats, or None."""
+    if not values:
+        return None
+    out = []
+    for part in (p.strip() for v in values for p in v.split(",")):
+        if part not in DEVICES:
+            raise ValueError(f"--device must be cpu or cuda (or a comma list of them), got {part!r}")
+        if part not in out:
+            out.append(part)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device D]
+    [--time-limit S] [--budget S] [--min-run-time S] [--no-progress]``; returns 0."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS),
+                        help="'smoke' only checks that the command runs (no Table I)")
     parser.add_argument("--out", required=True, help="CSV file to write (a .json is written beside it)")
+    parser.add_argument("--device", action="append", default=None,
+                        help="cpu or cuda; repeat it or give a comma list (default: both; cuda "
+                             "rows without a GPU say why nothing was timed)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds after which no new measurement starts; the rest are rows "
+                             "with status 'skipped: time limit ...'")
     parser.add_argument("--budget", type=float, default=2.0,
                         help="refuse points estimated to take longer than this many seconds a call")
     parser.add_argument("--min-run-time", type=float, default=0.05,
                         help="seconds of timed calls per point (at least 2 calls)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    try:
+        devices = _devices_arg(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
+    deadline = None if args.time_limit is None else start + args.time_limit
     preset = PRESETS[args.preset]
     print(f"{preset.name}: {preset.note}")
     print(f"kernels: {backend.info().device_label}")
-    start = time.perf_counter()
-    rows = run_preset(preset, min_run_time=args.min_run_time, budget_s=args.budget,
-                      progress=not args.no_progress)
-    seconds = time.perf_counter() - start
+    rows = run_preset(preset, devices, min_run_time=args.min_run_time, budget_s=args.budget,
+                      progress=not args.no_progress, deadline=deadline, time_limit=args.time_limit)
+    seconds = time.monotonic() - start
     json_path = write_csv(rows, args.out, preset, seconds)
     measured = sum(r["status"] == "ok" for r in rows)
     print(f"{len(rows)} rows ({measured} measured, {len(rows) - measured} with the reason "

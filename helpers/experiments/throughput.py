@@ -4,11 +4,12 @@ Two experiments, each a list of rows (dicts) ready for a chart or a CSV, taught 
 :func:`elementwise_sweep` (ReLU reads n and writes n elements, SAXPY reads 2n and writes n; in
 GB/s of memory traffic) and :func:`gemm_sweep` (square C = A @ B, n x n, 2 n^3 FLOPs; in
 GFLOP/s). Backends (:func:`backends_for`): on the CPU NumPy and torch; on a GPU torch (cuBLAS
-and torch's elementwise kernels) and our Numba CUDA kernels from :mod:`helpers.elementwise`.
-Data is placed on the device first, so host-device transfers are not timed. Sizes that would
-take too long are rows whose ``status`` gives the estimate, not silent gaps.
+and torch's elementwise kernels) and our Numba CUDA kernels (:mod:`helpers.elementwise`, and
+:mod:`helpers.conv.gemm`'s tiled and naive GEMM). Data is placed on the device first, so
+transfers are not timed. Points not measured are rows whose ``status`` says why, not gaps.
 
-Command line (:func:`main`): ``python -m helpers.experiments.throughput --out results``.
+Command line (:func:`main`): ``python -m helpers.experiments.throughput [--out DIR]
+[--devices cpu,cuda] [--time-limit S] [--quick] [--name STEM]``.
 
 Source: the workbook's CPU-vs-GPU sources ("How GPUs accelerate deep learning"; "Why GPUs are
 important in deep learning?"), and the roofline model (Williams, Waterman, Patterson, 2009).
@@ -18,31 +19,36 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from helpers import elementwise as ew
 from helpers import results
-from helpers.device import backend
+from helpers.conv import gemm as our_gemm
+from helpers.device import backend, host
+from helpers.device.progress import progress as progress_bar
+from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import benchmark, device_label
 from helpers.paper import TABLE_I, im2col_gemm
 
 __all__ = [
-    "ELEMENTWISE_OPS",
+    "COMMAND",
     "DTYPES",
+    "ELEMENTWISE_OPS",
+    "GEMM_SIZES",
+    "PREFIX",
     "backends_for",
+    "bandwidth_peaks",
+    "check_sizes",
     "elementwise_sweep",
     "gemm_sweep",
     "log_sizes",
-    "check_sizes",
-    "measured_bandwidth",
-    "bandwidth_peaks",
-    "rooflines",
-    "recorded",
-    "PREFIX",
-    "COMMAND",
     "main",
+    "measured_bandwidth",
+    "recorded",
+    "rooflines",
 ]
 
 #: results/ file-name prefix of recorded runs, and the command that records one (on a GPU).
@@ -55,6 +61,12 @@ ELEMENTWISE_OPS = {"relu": (1, 1, 1), "saxpy": (2, 1, 2)}
 #: dtypes offered: name -> bytes per element.
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
+#: GEMM sizes n of a full run (:func:`main` without ``--quick``): 64 .. 8192, 4096 included.
+GEMM_SIZES = tuple(2**j for j in range(6, 14))
+
+#: Our Numba GEMM kernels measured beside cuBLAS on a GPU: backend name -> kernel.
+NUMBA_GEMMS = {"numba-tiled": our_gemm.gemm_tiled_kernel, "numba-naive": our_gemm.gemm_naive_kernel}
+
 #: (backend, experiment) -> dtypes it supports. NumPy has no bfloat16 and no float16 BLAS;
 #: our Numba kernels are written for float32.
 _SUPPORTED = {
@@ -63,6 +75,7 @@ _SUPPORTED = {
     ("torch", "elementwise"): {"float32", "float16", "bfloat16"},
     ("torch", "gemm"): {"float32", "float16", "bfloat16"},
     ("numba", "elementwise"): {"float32"},
+    **{(name, "gemm"): {"float32"} for name in NUMBA_GEMMS},
 }
 
 
@@ -70,7 +83,9 @@ def backends_for(device: str, experiment: str) -> list[str]:
     """Backends measured on ``device`` (``"cpu"`` or ``"cuda"``) for ``"elementwise"`` or ``"gemm"``.
 
     On ``"cuda"`` the list is empty unless a real GPU is present: under the Numba CUDA
-    simulator no GPU rows are measured (they would time a Python interpreter).
+    simulator no GPU rows are measured (they would time a Python interpreter). On a GPU,
+    GEMM is torch's (cuBLAS) and our Numba kernels ``numba-tiled`` and ``numba-naive``
+    (:mod:`helpers.conv.gemm`, float32 only).
     """
     if experiment not in ("elementwise", "gemm"):
         raise ValueError(f"experiment must be 'elementwise' or 'gemm', got {experiment!r}")
@@ -79,7 +94,7 @@ def backends_for(device: str, experiment: str) -> list[str]:
     if device == "cuda":
         if backend.MODE != "gpu":
             return []
-        return ["torch", "numba"] if experiment == "elementwise" else ["torch"]
+        return ["torch", "numba"] if experiment == "elementwise" else ["torch", *NUMBA_GEMMS]
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
@@ -110,9 +125,7 @@ def memory_limit_bytes(device: str) -> int:
 
         free, _ = torch.cuda.mem_get_info()
         return int(free * 0.8)
-    import psutil
-
-    return int(psutil.virtual_memory().available * 0.5)
+    return int(host.ram_available_bytes() * 0.5)
 
 
 def check_sizes(experiment: str, op: str, lo: int, hi: int, dtype: str, device: str) -> None:
@@ -212,6 +225,14 @@ def _gemm_call(name: str, n: int, dtype: str, device: str) -> Callable[[], objec
         b = torch.from_numpy(b_host).to(dev, _torch_dtype(dtype))
         out = torch.empty_like(a)
         return lambda: torch.matmul(a, b, out=out)
+    if name in NUMBA_GEMMS:  # float32 only (see _SUPPORTED); operands already on the GPU
+        from numba import cuda
+
+        d_a, d_b = cuda.to_device(a_host), cuda.to_device(b_host)
+        d_c = cuda.device_array((n, n), dtype=np.float32)
+        grid, block = our_gemm.launch_config(n, n)
+        kernel = NUMBA_GEMMS[name]
+        return lambda: kernel[grid, block](d_a, d_b, d_c)
     raise ValueError(f"unknown backend {name!r} for GEMM")
 
 
@@ -238,9 +259,8 @@ def _row(experiment, op, name, device, dtype, n, timing=None, status="ok") -> di
 
 def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str], dtype: str,
            min_run_time: float, point_budget_s: float, progress: bool,
-           backends: Iterable[str] | None) -> list[dict]:
-    from tqdm.auto import tqdm
-
+           backends: Iterable[str] | None, deadline: float | None,
+           time_limit: float | None) -> list[dict]:
     sizes = sorted(int(n) for n in sizes)
     backends = None if backends is None else set(backends)
     power = 1 if experiment == "elementwise" else 3
@@ -250,27 +270,28 @@ def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str
             if backends is None or name in backends:
                 jobs.append((device, name))
     rows: list[dict] = []
-    bar = tqdm(total=len(jobs) * len(sizes), desc=f"{experiment} {op}", disable=not progress,
-               leave=False)
+    bar = progress_bar(total=len(jobs) * len(sizes), desc=f"{experiment} {op}",
+                       disable=not progress, leave=False)
     try:
         for device, name in jobs:
-            if dtype not in _SUPPORTED[(name, experiment)]:
-                for n in sizes:
-                    rows.append(_row(experiment, op, name, device, dtype, n,
-                                     status=f"unsupported: {name} has no {dtype} {experiment}"))
-                    bar.update()
-                continue
+            supported = dtype in _SUPPORTED[(name, experiment)]
             last = None  # (size, seconds per call)
             for n in sizes:
-                if last is not None:
+                status = None
+                if time_up(deadline):
+                    status = time_limit_status(time_limit)
+                elif not supported:
+                    status = f"unsupported: {name} has no {dtype} {experiment}"
+                elif last is not None:
                     estimate = last[1] * (n / last[0]) ** power
                     # blocked_autorange runs at least ~3 calls plus warm-up
                     if 4 * estimate + min_run_time > point_budget_s:
-                        rows.append(_row(experiment, op, name, device, dtype, n, status=(
-                            f"skipped: estimated {estimate:.2g} s per call from size "
-                            f"{last[0]:,}, over the {point_budget_s:g} s budget per point")))
-                        bar.update()
-                        continue
+                        status = (f"skipped: estimated {estimate:.2g} s per call from size "
+                                  f"{last[0]:,}, over the {point_budget_s:g} s budget per point")
+                if status is not None:
+                    rows.append(_row(experiment, op, name, device, dtype, n, status=status))
+                    bar.update()
+                    continue
                 check_sizes(experiment, op, n, n, dtype, device)
                 call = (_elementwise_call(op, name, n, dtype, device) if experiment == "elementwise"
                         else _gemm_call(name, n, dtype, device))
@@ -288,7 +309,8 @@ def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str
 def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("cpu",),
                       dtype: str = "float32", min_run_time: float = 0.05,
                       point_budget_s: float = 3.0, progress: bool = True,
-                      backends: Iterable[str] | None = None) -> list[dict]:
+                      backends: Iterable[str] | None = None, *, deadline: float | None = None,
+                      time_limit: float | None = None) -> list[dict]:
     """Measure ReLU or SAXPY over sizes on each device and backend.
 
     Args:
@@ -303,6 +325,10 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
             are the larger ones after it): its row's ``status`` gives the estimate.
         progress: show a progress bar.
         backends: restrict to these backends (default: all for the device).
+        deadline: a :func:`time.monotonic` value; no point starts after it, and the points
+            not measured are rows whose status is
+            :func:`helpers.device.progress.time_limit_status` of ``time_limit`` (seconds,
+            only for that text). None: no deadline.
 
     Returns:
         One row per (device, backend, size): ``experiment, op, backend, device_kind, device,
@@ -319,16 +345,19 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
     for device in devices:
         check_sizes("elementwise", op, min(sizes), max(sizes), dtype, device)
     return _sweep("elementwise", op, sizes, devices, dtype, min_run_time, point_budget_s,
-                  progress, backends)
+                  progress, backends, deadline, time_limit)
 
 
 def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: str = "float32",
                min_run_time: float = 0.05, point_budget_s: float = 3.0, progress: bool = True,
-               backends: Iterable[str] | None = None) -> list[dict]:
+               backends: Iterable[str] | None = None, *, deadline: float | None = None,
+               time_limit: float | None = None) -> list[dict]:
     """Measure square GEMM (n x n times n x n) over sizes n, in GFLOP/s (2 n^3 FLOPs per call).
 
     Arguments and rows as :func:`elementwise_sweep` (``op`` is ``"gemm"``, ``bytes`` is
-    ``3 n^2`` elements: A and B read once, C written once).
+    ``3 n^2`` elements: A and B read once, C written once). On a GPU the backends include our
+    Numba kernels ``numba-tiled`` and ``numba-naive`` (float32; other dtypes give
+    ``unsupported`` rows) beside torch's cuBLAS.
     """
     sizes, devices = list(sizes), list(devices)
     if not sizes:
@@ -336,7 +365,7 @@ def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: s
     for device in devices:
         check_sizes("gemm", "gemm", min(sizes), max(sizes), dtype, device)
     return _sweep("gemm", "gemm", sizes, devices, dtype, min_run_time, point_budget_s,
-                  progress, backends)
+                  progress, backends, deadline, time_limit)
 
 
 def measured_bandwidth(rows: list[dict], device_kind: str = "cpu") -> float | None:
@@ -403,11 +432,13 @@ def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[s
     return roofs
 
 
-def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2) -> list[dict]:
+def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2, *,
+                     deadline: float | None = None,
+                     time_limit: float | None = None) -> list[dict]:
     """Time the GEMMs that the study's Table I layers become under im2col, on the GPU only.
 
     Returns an empty list without a real GPU (the largest, Conv1's, is 124 GFLOP: minutes on a
-    laptop CPU).
+    laptop CPU). ``deadline`` and ``time_limit`` as :func:`elementwise_sweep`.
     """
 
     if backend.MODE != "gpu":
@@ -417,54 +448,97 @@ def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2) -> list[
     rows = []
     for layer in TABLE_I:
         g = im2col_gemm(layer, DTYPES[dtype])
+        row = {
+            "experiment": "table1-gemm", "op": layer.name, "backend": "torch", "device_kind": "cuda",
+            "device": device_label("cuda"), "dtype": dtype, "size": g.n, "bytes": g.min_bytes,
+            "flops": g.flops, "median_s": math.nan, "iqr_s": math.nan, "min_s": math.nan,
+            "max_s": math.nan, "repeats": 0, "gb_s": math.nan, "gflop_s": math.nan,
+            "status": time_limit_status(time_limit)}
+        if time_up(deadline):
+            rows.append(row)
+            continue
         a = torch.randn(g.m, g.k, device="cuda", dtype=_torch_dtype(dtype))
         b = torch.randn(g.k, g.n, device="cuda", dtype=_torch_dtype(dtype))
         t = benchmark(torch.matmul, a, b, device="cuda", label=g.name, min_run_time=min_run_time)
-        rows.append({
-            "experiment": "table1-gemm", "op": layer.name, "backend": "torch", "device_kind": "cuda",
-            "device": device_label("cuda"), "dtype": dtype, "size": g.n, "bytes": g.min_bytes,
-            "flops": g.flops, "median_s": t.median_s, "iqr_s": t.iqr_s, "min_s": t.min_s,
-            "max_s": t.max_s, "repeats": t.repeats, "gb_s": g.min_bytes / t.median_s / 1e9,
-            "gflop_s": g.flops / t.median_s / 1e9, "status": f"ok: M={g.m} N={g.n} K={g.k}",
-        })
+        rows.append(dict(
+            row, median_s=t.median_s, iqr_s=t.iqr_s, min_s=t.min_s, max_s=t.max_s,
+            repeats=t.repeats, gb_s=g.min_bytes / t.median_s / 1e9,
+            gflop_s=g.flops / t.median_s / 1e9, status=f"ok: M={g.m} N={g.n} K={g.k}"))
         del a, b
     return rows
 
 
+def _devices_arg(text: str | None) -> list[str]:
+    """``--devices`` as a list (default: the CPU, plus cuda on a real GPU)."""
+    if text is None:
+        return ["cpu", "cuda"] if backend.MODE == "gpu" else ["cpu"]
+    devices = []
+    for part in (p.strip() for p in text.split(",")):
+        if part not in ("cpu", "cuda"):
+            raise ValueError(f"--devices must be a comma list of cpu and cuda, got {part!r}")
+        if part not in devices:
+            devices.append(part)
+    return devices
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: measure every device present and write a results CSV + JSON.
+    """Command line: measure, then write ``DIR/01_throughput_<device>.csv`` and ``.json``.
 
-    ``python -m helpers.experiments.throughput --out results`` writes
-    ``results/01_throughput_<device>.csv`` and ``.json``; ``--quick`` measures small sizes only.
+    ``python -m helpers.experiments.throughput [--out DIR] [--devices cpu,cuda]
+    [--time-limit S] [--quick] [--name STEM]``: ``<device>`` is the GPU's name when cuda is
+    measured, else the CPU's; ``--quick`` measures small sizes only. Returns 0; 1 for
+    ``--devices cuda`` without a GPU (nothing measured, nothing saved); 2 for bad arguments.
     """
-
+    start = time.monotonic()
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.throughput",
         description="Measure elementwise GB/s and GEMM GFLOP/s on the CPU and (if present) the GPU.")
-    parser.add_argument("--out", default=str(results.RESULTS_DIR), help="output folder")
+    parser.add_argument("--out", default=str(results.RESULTS_DIR),
+                        help="output folder (default: results/)")
     parser.add_argument("--name", default=None,
                         help="file stem (default: 01_throughput_<device>)")
+    parser.add_argument("--devices", default=None,
+                        help="comma list of cpu and cuda (default: cpu, plus cuda on a GPU)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds after which no new point starts; the rest are rows with "
+                             "status 'skipped: time limit ...'")
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
     args = parser.parse_args(argv)
-
+    try:
+        devices = _devices_arg(args.devices)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
     gpu = backend.MODE == "gpu"
-    devices = ["cpu", "cuda"] if gpu else ["cpu"]
+    if "cuda" in devices and not gpu:
+        if devices == ["cuda"]:
+            print(f"--devices cuda: no GPU to measure ({backend.MODE_REASON}); nothing saved")
+            return 1
+        print(f"no GPU ({backend.MODE_REASON}): measuring the CPU only")
+        devices = ["cpu"]
+    deadline = None if args.time_limit is None else start + args.time_limit
+    limits = {"deadline": deadline, "time_limit": args.time_limit}
     if args.quick:
         ew_sizes, gemm_sizes = log_sizes(1e3, 1e5), [64, 128]
     else:
-        ew_sizes, gemm_sizes = log_sizes(1e3, 1e8, 2), [2**j for j in range(6, 14)]
+        ew_sizes, gemm_sizes = log_sizes(1e3, 1e8, 2), list(GEMM_SIZES)
     rows: list[dict] = []
     for op in ELEMENTWISE_OPS:
-        rows += elementwise_sweep(op, ew_sizes, devices, min_run_time=0.1, point_budget_s=10)
-    dtypes = ["float32", "float16", "bfloat16"] if gpu else ["float32"]
+        rows += elementwise_sweep(op, ew_sizes, devices, min_run_time=0.1, point_budget_s=10,
+                                  **limits)
+    dtypes = ["float32", "float16", "bfloat16"] if "cuda" in devices else ["float32"]
     for dtype in dtypes:
-        rows += gemm_sweep(gemm_sizes, devices, dtype=dtype, min_run_time=0.1, point_budget_s=10)
-    if not args.quick:
-        rows += table1_gemm_rows()
-    device = backend.info().gpu_name if gpu else backend.info().cpu_model
-    name = args.name or f"01_throughput_{results.slug(device)}"
+        rows += gemm_sweep(gemm_sizes, devices, dtype=dtype, min_run_time=0.1, point_budget_s=10,
+                           **limits)
+    if not args.quick and "cuda" in devices:
+        rows += table1_gemm_rows(**limits)
+    device = backend.info().gpu_name if "cuda" in devices else backend.info().cpu_model
+    name = args.name or f"{PREFIX}{results.slug(device)}"
     csv_path, json_path = results.save(name, rows, directory=args.out)
-    print(f"wrote {csv_path} and {json_path} ({len(rows)} rows)")
+    skipped = sum(str(r["status"]).startswith("skipped: time limit") for r in rows)
+    print(f"wrote {csv_path} and {json_path} ({len(rows)} rows, {skipped} skipped at the time "
+          "limit)")
     return 0
 
 

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from helpers.device import backend
+from helpers.device.progress import progress as progress_bar
 from helpers.device.timing import device_label
 from helpers.networks import datasets, training_cnns
 
@@ -172,7 +172,7 @@ def train(model: str = "small", dataset: str = "lfw_subset", *, epochs: int = 20
         augment: random flips and shifts of the training images (CPU, per image).
         image_size: side in pixels (None: the dataset's own, 25 for lfw_subset).
         data_root, download: where CIFAR-10 is cached, and whether it may be downloaded.
-        progress: show a tqdm bar over epochs.
+        progress: show a progress bar over epochs (:func:`helpers.device.progress.progress`).
 
     Returns:
         :class:`TrainResult`. With the defaults the small CNN reaches
@@ -203,7 +203,8 @@ def train(model: str = "small", dataset: str = "lfw_subset", *, epochs: int = 20
     torch.manual_seed(seed)  # the augmentation's random flips and shifts
     losses, epoch_losses, images = [], [], 0
     start = time.perf_counter()
-    for _ in tqdm(range(epochs), desc=f"training {model}", unit=" epochs", disable=not progress):
+    for _ in progress_bar(range(epochs), desc=f"training {model}", unit=" epochs",
+                          disable=not progress):
         first = len(losses)
         for x, y in loader:
             x, y = x.to(device), y.to(device)

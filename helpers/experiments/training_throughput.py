@@ -4,12 +4,11 @@
 DataLoader) and **computing** (copy, forward, loss, backward, optimiser step; on a GPU read after
 ``torch.cuda.synchronize()``), and returns one row (:data:`ROW_KEYS`; images/s, seconds, percent).
 The sweeps repeat it over batch size, data-loading workers, model depth and precision;
-:func:`utilisation_trace` adds GPU/CPU utilisation over time; :func:`speedup_table` gives GPU/CPU
-per model. Without a GPU the GPU rows say why; :func:`recorded` reads GPU rows saved in
-``results/training_*`` by :data:`COMMAND`. :data:`REVIEW` quotes the V100 review's numbers.
-
-Command line: ``python -m helpers.experiments.training_throughput [--experiment all|batch|workers|
-depth|precision|utilisation] [--dataset lfw_subset|cifar10] [--save]``.
+:func:`utilisation_trace` adds GPU/CPU utilisation over time. Without a GPU the GPU rows say
+why. :func:`recorded`, :func:`speedup_table`, :func:`format_table` and :data:`REVIEW` come from
+:mod:`helpers.experiments.training_records`. Command line (:func:`main`):
+``python -m helpers.experiments.training_throughput [--experiment E] [--quick] [--save]
+[--out DIR] [--time-limit S]``.
 
 Sources: the V100 review ("GPU vs CPU Deep Learning: Training Performance of Convolutional
 Networks"); PyTorch's ``torch.utils.data`` (worker processes), AMP and channels_last docs.
@@ -19,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import math
 import os
+import sys
 import time
 from collections.abc import Iterable, Sequence
 
@@ -28,45 +29,35 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from helpers import results
 from helpers.device import backend
+from helpers.device.progress import progress as progress_bar
+from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import device_label
 from helpers.experiments import training
+from helpers.experiments.training_records import (
+    COMMAND,
+    EXPERIMENTS,
+    PREFIX,
+    REVIEW,
+    format_table,
+    recorded,
+    speedup_table,
+)
 from helpers.experiments.training_utilisation import UtilisationSampler
 from helpers.networks import datasets, training_cnns
 
 __all__ = ["REVIEW", "ROW_KEYS", "PREFIX", "COMMAND", "EXPERIMENTS", "StepTimes", "time_steps",
            "measure", "batch_size_sweep", "workers_sweep", "depth_sweep", "precision_sweep",
-           "utilisation_trace", "speedup_table", "recorded", "format_table", "main"]
-
-#: The V100 review's reported numbers: (what, value). Quoted, not measured here.
-REVIEW: tuple[tuple[str, str], ...] = (
-    ("more workers and a larger batch (small CNN, GPU)", "about 3x faster"),
-    ("GPU utilisation with a small CNN", "0-10 % (the CPU input pipeline is the bottleneck)"),
-    ("removing augmentation (GPU)", "425 -> 533 images/s"),
-    ("128x128 inputs instead (GPU)", "333 images/s"),
-    ("deeper networks, GPU vs CPU", "about 23x, then about 100x faster"),
-    ("CIFAR-10, batch 512, Tesla V100", "15,000-17,000 images/s at about 45 % utilisation"),
-    ("CIFAR-10 on 16 CPU cores", "about 210 images/s"),
-    ("CIFAR-10 on a cloud VM's CPU", "about 90 images/s"),
-)
+           "utilisation_trace", "speedup_table", "recorded", "format_table",
+           "main"]
 
 #: Keys of every row :func:`measure` returns, in order (results.save needs one order).
 ROW_KEYS = ("experiment", "dataset", "model", "depth", "device_kind", "device", "batch_size",
             "workers", "augment", "image_size", "channels", "precision", "channels_last",
             "steps", "images", "total_s", "wait_s", "compute_s", "images_per_s", "wait_share",
             "gpu_util_mean", "cpu_util_mean", "status")
-
-#: File-name prefix of the training-throughput datasets in ``results/``.
-PREFIX = "training_"
-
-#: The command that records them, on a GPU machine.
-COMMAND = "python -m helpers.experiments.training_throughput --save"
-
-#: What a saved row's ``experiment`` can be (``"utilisation_trace"``: a trace's samples).
-EXPERIMENTS = ("batch", "workers", "depth", "precision", "utilisation", "utilisation_trace")
 
 _PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -293,9 +284,37 @@ def _devices(devices) -> list[str]:
     return devices
 
 
-def _points(jobs: list[dict], progress: bool, desc: str, **common) -> list[dict]:
-    return [measure(**{**common, **job})
-            for job in tqdm(jobs, desc=desc, unit=" points", disable=not progress, leave=False)]
+#: :func:`measure`'s defaults, for the rows of calls not made.
+_MEASURE_DEFAULTS = {k: p.default for k, p in inspect.signature(measure).parameters.items()
+                     if p.default is not inspect.Parameter.empty}
+
+
+def _skipped_row(status: str, **kw) -> dict:
+    """A row of :data:`ROW_KEYS` for a :func:`measure` call not made: its settings, no numbers."""
+    a = {**_MEASURE_DEFAULTS, **kw}
+    name, depth = _model_name(a["model"])
+    ds, device = a["dataset"], a["device"]
+    gpu_missing = device == "cuda" and training.gpu_reason()
+    return _row(experiment=a["experiment"],
+                dataset=ds if isinstance(ds, str) else getattr(ds, "name", type(ds).__name__),
+                model=name, depth=depth, device_kind=device,
+                device="GPU (none here)" if gpu_missing else device_label(device),
+                batch_size=a["batch_size"], workers=a["workers"], augment=bool(a["augment"]),
+                image_size=a["image_size"] or "", channels=a["channels"],
+                precision=a["precision"], channels_last=bool(a["channels_last"]), status=status)
+
+
+def _points(jobs: list[dict], progress: bool, desc: str, *, deadline: float | None = None,
+            time_limit: float | None = None, **common) -> list[dict]:
+    """:func:`measure` each job (its settings over ``common``); once ``deadline`` (a
+    :func:`time.monotonic` value) has passed, each job left gets a skipped row instead."""
+    rows = []
+    for job in progress_bar(jobs, desc=desc, unit=" points", disable=not progress, leave=False):
+        if time_up(deadline):
+            rows.append(_skipped_row(time_limit_status(time_limit), **{**common, **job}))
+        else:
+            rows.append(measure(**{**common, **job}))
+    return rows
 
 
 def batch_size_sweep(model="small", batch_sizes: Sequence[int] = (8, 32, 128),
@@ -307,7 +326,10 @@ def batch_size_sweep(model="small", batch_sizes: Sequence[int] = (8, 32, 128),
         model: as :func:`measure`. batch_sizes: each in [1, 4096], at least one.
         devices: ``"cpu"`` and/or ``"cuda"`` (default both; without a GPU the ``"cuda"`` rows
             carry the reason instead of numbers).
-        progress: tqdm bar over the points. kwargs: passed to :func:`measure`.
+        progress: a progress bar over the points. kwargs: passed to :func:`measure`, except
+            ``deadline`` (a :func:`time.monotonic` value; points not started before it get rows
+            whose ``status`` is :func:`helpers.device.progress.time_limit_status`) and ``time_limit`` (its seconds, for
+            that text), in every sweep.
 
     Returns:
         Rows with ``experiment="batch"``, ordered by device then batch size.
@@ -332,7 +354,7 @@ def workers_sweep(model="small", workers: Sequence[int] = (0, 1, 2),
     Args:
         model: as :func:`measure`. workers: worker counts, each in [0, 64], at least one.
         augment: which of False/True to measure. device: ``"cpu"`` or ``"cuda"``.
-        progress: tqdm bar. kwargs: passed to :func:`measure` (e.g. ``batch_size``).
+        progress: a progress bar. kwargs: passed to :func:`measure` (e.g. ``batch_size``).
 
     Returns:
         Rows with ``experiment="workers"``: each gives ``wait_s`` (time blocked in
@@ -358,7 +380,7 @@ def depth_sweep(models: Sequence[str] = ("small", "vgg", "resnet20"), batch_size
     Args:
         models: keys of :data:`helpers.networks.training_cnns.MODELS`, at least one.
         batch_size: in [1, 4096]. devices: as :func:`batch_size_sweep`.
-        progress: tqdm bar. kwargs: passed to :func:`measure`.
+        progress: a progress bar. kwargs: passed to :func:`measure`.
 
     Returns:
         Rows with ``experiment="depth"``.
@@ -383,7 +405,7 @@ def precision_sweep(model="resnet20", batch_size: int = 256, device: str = "cuda
         model: as :func:`measure`. batch_size: in [1, 4096].
         device: ``"cuda"`` (the experiment is meant for a GPU; without one every row carries the
             reason) or ``"cpu"``.
-        progress: tqdm bar. kwargs: passed to :func:`measure`.
+        progress: a progress bar. kwargs: passed to :func:`measure`.
 
     Returns:
         Six rows with ``experiment="precision"``.
@@ -401,6 +423,7 @@ def precision_sweep(model="resnet20", batch_size: int = 256, device: str = "cuda
 
 def utilisation_trace(model="small", device: str | None = None, *, batch_size: int = 64,
                       workers: int = 0, seconds: float = 3.0, interval_s: float = 0.1,
+                      deadline: float | None = None, time_limit: float | None = None,
                       **kwargs) -> dict:
     """GPU and CPU utilisation over time while training: a sampler runs during :func:`measure`.
 
@@ -409,11 +432,13 @@ def utilisation_trace(model="small", device: str | None = None, *, batch_size: i
             one, else the CPU).
         batch_size, workers: as :func:`measure`. seconds: timed training, in (0, 600].
         interval_s: sampling period, in [0.01, 10]. kwargs: passed to :func:`measure`.
+        deadline, time_limit: as the sweeps (past the deadline nothing is run).
 
     Returns:
         ``{"row": the measurement row, "samples": [{"t_s", "gpu_util", "gpu_mem_bytes",
         "cpu_util"}, ...], "gpu_reason": None or why the GPU was not sampled, "device": label}``.
         The samples cover warm-up too (``row`` holds the means over the timed steps only).
+        Past the deadline: a skipped row, no samples.
 
     Raises:
         ValueError: a bad argument.
@@ -425,6 +450,11 @@ def utilisation_trace(model="small", device: str | None = None, *, batch_size: i
     if device is None:
         device = "cpu" if training.gpu_reason() else "cuda"
     training.check_device(device)
+    if deadline is not None and time.monotonic() >= deadline:
+        row = _skipped_row(time_limit_status(time_limit), model=model, device=device,
+                           batch_size=batch_size, workers=workers, experiment="utilisation",
+                           **kwargs)
+        return {"row": row, "samples": [], "gpu_reason": row["status"], "device": row["device"]}
     with UtilisationSampler(interval_s=interval_s, gpu=device == "cuda") as sampler:
         row = measure(model, device=device, batch_size=batch_size, workers=workers, steps=1,
                       min_seconds=seconds, experiment="utilisation", sampler=sampler, **kwargs)
@@ -432,93 +462,35 @@ def utilisation_trace(model="small", device: str | None = None, *, batch_size: i
             "device": row["device"]}
 
 
-def speedup_table(rows: Sequence[dict]) -> list[dict]:
-    """GPU/CPU throughput ratio per model, each GPU compared with the CPU of its own machine.
-
-    Rows are grouped by machine (``machine`` of :func:`recorded` rows; live rows, without it,
-    are "this machine") and by model.
-
-    Returns:
-        One dict per (machine, model), this machine first, shallowest first: ``machine``,
-        ``model``, ``depth``, ``cpu``/``gpu`` (device labels or ""), ``cpu_images_per_s``,
-        ``gpu_images_per_s`` (NaN if not measured), ``speedup`` (gpu / cpu, NaN if either is
-        missing), ``note`` (why a value is missing).
-
-    Source: the V100 review's comparison of deeper networks (about 23x, then about 100x).
-    """
-    out: dict[tuple, dict] = {}
-    for r in rows:
-        key = (r.get("machine", "this machine"), r["model"])
-        entry = out.setdefault(key, dict(
-            machine=key[0], model=r["model"], depth=r["depth"], cpu="", gpu="",
-            cpu_images_per_s=math.nan, gpu_images_per_s=math.nan, speedup=math.nan, note=""))
-        kind = "gpu" if r["device_kind"] == "cuda" else "cpu"
-        if r["status"] == "ok":
-            entry[kind] = r["device"]
-            entry[f"{kind}_images_per_s"] = float(r["images_per_s"])
-        else:
-            entry["note"] = f"{kind.upper()} {r['status']}"
-    for e in out.values():
-        if e["cpu_images_per_s"] > 0 and e["gpu_images_per_s"] > 0:
-            e["speedup"] = e["gpu_images_per_s"] / e["cpu_images_per_s"]
-    return sorted(out.values(),
-                  key=lambda e: (e["machine"] != "this machine", e["machine"], e["depth"]))
-
-
-def recorded(experiment: str, *, gpu_only: bool = True, directory=None) -> results.Recorded:
-    """The measured rows of one experiment saved in ``results/training_*`` on GPU machines.
-
-    Args:
-        experiment: one of :data:`EXPERIMENTS` (``"utilisation_trace"``: the samples ``t_s``,
-            ``gpu_util``, ``cpu_util`` of a trace).
-        gpu_only: keep only the GPU rows; False keeps the same machines' CPU rows too (for
-            same-machine speedups), with ``device`` = ``"CPU beside <machine>"``.
-        directory: folder to read (default ``results/``).
-
-    Returns:
-        :class:`helpers.results.Recorded`: ``rows`` (numbers parsed; flags as the strings
-        "True"/"False"), each with ``source="reference"`` and ``machine`` = the GPU and date that
-        recorded it; ``note`` names them, or says to run :data:`COMMAND` on a GPU machine.
-
-    Raises:
-        ValueError: an unknown experiment.
-    """
-    if experiment not in EXPERIMENTS:
-        raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
-    rec = results.recorded(PREFIX, COMMAND, gpu_only=gpu_only, directory=directory,
-                           experiment=experiment)
-    ok = [dict(r, machine=r["device"]) for r in rec.rows if str(r.get("status", "ok")) == "ok"]
-    gpu_machines = {r["machine"] for r in ok if r.get("device_kind") == "cuda"}
-    rows = [r if r.get("device_kind") == "cuda" else dict(r, device=f"CPU beside {r['machine']}")
-            for r in ok if r["machine"] in gpu_machines]
-    sets = [ds for ds in rec.datasets if ds.meta.get("environment", {}).get("gpu_name")]
-    return results.Recorded(rows, sets if rows else [], rec.command)
-
-
-def format_table(rows: Sequence[dict], columns: Sequence[str] = (
-        "experiment", "model", "device_kind", "batch_size", "workers", "augment", "precision",
-        "channels_last", "images_per_s", "wait_share", "gpu_util_mean", "status")) -> str:
-    """Plain-text table of rows (numbers rounded; status shortened to its first 60 characters)."""
-    def cell(v):
-        if isinstance(v, float):
-            if math.isnan(v):
-                return "-"
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        return str(v)[:60]
-
-    table = [[cell(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c)
-              for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths)) for t in table]
-    return "\n".join(lines)
+def _plan(quick: bool, gpu: bool, cores: int, batch_sizes=None, workers=None,
+          steps: int = 20) -> dict:
+    """What :func:`main` measures: per experiment, (device, batch size(s), ...) and ``common``
+    settings of :func:`measure`. On a GPU machine the CPU gets few points: notebook 09 reads
+    the GPU's batch, workers and precision rows, and the depth rows of both devices."""
+    ws = workers or ([0] if quick else sorted({0, 1, 2, min(4, cores), min(8, cores)}))
+    if quick:
+        sizes = batch_sizes or [8, 32]
+        return {"batch": [("cpu", sizes), ("cuda", sizes)],
+                "workers": [("cuda" if gpu else "cpu", 32, ws)],
+                "depth": (["small"], 32), "utilisation": (32, 1.0),
+                "common": {"steps": min(steps, 3), "warmup": 1, "min_seconds": 0.0}}
+    if gpu:
+        batch = [("cpu", batch_sizes or [16, 64]), ("cuda", batch_sizes or [16, 64, 256, 1024])]
+    else:
+        batch = [("cpu", batch_sizes or [8, 32, 128]), ("cuda", batch_sizes or [8, 32, 128])]
+    return {"batch": batch, "workers": [("cuda", 256, ws)] if gpu else [("cpu", 64, ws)],
+            "depth": (list(training_cnns.MODELS), 64), "utilisation": (256 if gpu else 64, 5.0),
+            "common": {"steps": steps}}
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.training_throughput``: run the experiments, print a table,
-    and with ``--save`` write ``results/training_<device>.csv``/``.json`` (and the utilisation
-    trace as ``results/training_utilisation_<device>``). Returns 0."""
+    and with ``--save`` write ``<out>/training_<device>.csv``/``.json`` (and the utilisation
+    trace as ``<out>/training_utilisation_<device>``; ``--out`` defaults to ``results/``).
+
+    Points not started within ``--time-limit`` seconds get rows with a ``skipped: time limit``
+    status. Returns 0, or 1 when the dataset cannot be loaded here (nothing measured)."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.training_throughput",
         description="Training throughput (images/s) on the CPU and, if present, the GPU: batch "
@@ -534,56 +506,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=None)
     parser.add_argument("--workers", type=int, nargs="+", default=None)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="few, small points (a smoke test)")
+    parser.add_argument("--quick", action="store_true",
+                        help="few, small points, 3 steps each (a smoke test)")
     parser.add_argument("--save", action="store_true",
-                        help="write results/training_<device>.csv/.json "
-                             "(and the utilisation trace)")
+                        help="write <out>/training_<device>.csv/.json (and the utilisation trace)")
+    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
+                        help="seconds after which no further point is measured")
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    limit = {"deadline": None if args.time_limit is None else start + args.time_limit,
+             "time_limit": args.time_limit}
+    try:  # fail early, and clearly, where the dataset cannot be read (scikit-image missing...)
+        training.load_dataset(args.dataset, image_size=args.image_size, data_root=args.data_dir,
+                              download=args.download)
+    except (ImportError, datasets.DatasetUnavailable) as exc:
+        print(f"nothing measured: the dataset {args.dataset!r} cannot be loaded here "
+              f"({type(exc).__name__}: {exc})")
+        return 1
 
     gpu = training.gpu_reason() is None
-    devices = ["cpu", "cuda"]
-    common = dict(dataset=args.dataset, image_size=args.image_size, data_root=args.data_dir,
-                  download=args.download, steps=args.steps)
-    cores = os.cpu_count() or 2
-    if args.quick:
-        batch_sizes, workers = args.batch_sizes or [8, 32], args.workers or [0, 1]
-        models = ["small", "resnet20"]
-        common["steps"] = min(args.steps, 5)
-    else:
-        batch_sizes = args.batch_sizes or ([16, 64, 256, 1024] if gpu else [8, 32, 128])
-        workers = args.workers or sorted({0, 1, 2, min(4, cores), min(8, cores)})
-        models = list(training_cnns.MODELS)
-    exp = args.experiment
-    rows: list[dict] = []
-    trace = None
+    plan = _plan(args.quick, gpu, os.cpu_count() or 2, args.batch_sizes, args.workers,
+                 args.steps)
+    common = {"dataset": args.dataset, "image_size": args.image_size, "data_root": args.data_dir,
+              "download": args.download, **plan["common"]}
+    exp, rows, trace = args.experiment, [], None
     print(f"dataset: {args.dataset}; CPU: {device_label('cpu')}; "
           f"GPU: {device_label('cuda') if gpu else training.gpu_reason()}")
     if exp in ("all", "batch"):
-        rows += batch_size_sweep(args.model, batch_sizes, devices, progress=True, **common)
+        for device, sizes in plan["batch"]:
+            rows += batch_size_sweep(args.model, sizes, [device], progress=True, **common,
+                                     **limit)
     if exp in ("all", "workers"):
-        for d in (["cpu", "cuda"] if gpu else ["cpu"]):
-            rows += workers_sweep(args.model, workers, device=d, progress=True,
-                                  batch_size=256 if d == "cuda" else 64, **common)
+        for device, batch, ws in plan["workers"]:
+            rows += workers_sweep(args.model, ws, device=device, progress=True,
+                                  batch_size=batch, **common, **limit)
     if exp in ("all", "depth"):
-        rows += depth_sweep(models, 64, devices, progress=True, **common)
+        models, batch = plan["depth"]
+        rows += depth_sweep(models, batch, ["cpu", "cuda"], progress=True, **common, **limit)
     if exp in ("all", "precision"):
-        rows += precision_sweep("resnet20", 256, "cuda", progress=True, **common)
+        rows += precision_sweep("resnet20", 256, "cuda", progress=True, **common, **limit)
     if exp in ("all", "utilisation"):
-        common_u = {k: v for k, v in common.items() if k != "steps"}
-        trace = utilisation_trace(args.model, "cuda" if gpu else "cpu", batch_size=256 if gpu
-                                  else 64, seconds=2.0 if args.quick else 5.0, **common_u)
+        batch, seconds = plan["utilisation"]
+        trace = utilisation_trace(args.model, "cuda" if gpu else "cpu", batch_size=batch,
+                                  seconds=seconds, **{k: v for k, v in common.items()
+                                                      if k not in ("steps", "min_seconds")},
+                                  **limit)
         rows.append(trace["row"])
+        if trace["gpu_reason"]:
+            print(f"utilisation trace: {trace['gpu_reason']}")
     print(format_table(rows))
+    late = sum(str(r["status"]).startswith("skipped: time limit") for r in rows)
+    if late:
+        print(f"{late} of {len(rows)} points not measured: {time_limit_status(args.time_limit)}")
     if args.save:
         device = backend.info().gpu_name if gpu else backend.info().cpu_model
-        print("wrote", *results.save(f"{PREFIX}{results.slug(device)}", rows))
+        command = " ".join(["python -m helpers.experiments.training_throughput",
+                            *(sys.argv[1:] if argv is None else argv)])
+        print("wrote", *results.save(f"{PREFIX}{results.slug(device)}", rows, command=command,
+                                     directory=args.out))
         if trace and trace["samples"]:
             samples = [dict(experiment="utilisation_trace", model=trace["row"]["model"],
                             dataset=trace["row"]["dataset"],
                             device_kind=trace["row"]["device_kind"],
                             batch_size=trace["row"]["batch_size"], **s)
                        for s in trace["samples"]]
-            print("wrote", *results.save(f"{PREFIX}utilisation_{results.slug(device)}", samples))
+            print("wrote", *results.save(f"{PREFIX}utilisation_{results.slug(device)}", samples,
+                                         command=command, directory=args.out))
     return 0
 
 

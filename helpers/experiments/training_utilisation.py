@@ -1,14 +1,15 @@
 """How busy are the GPU and the CPU while a model trains? Sampled in a background thread.
 
 :class:`UtilisationSampler` reads, every ``interval_s`` seconds, the GPU utilisation (percent)
-and memory in use (bytes) from NVML (``pynvml``, from nvidia-ml-py) and the CPU utilisation of
-all cores (percent) from psutil, while the code it surrounds runs. Without a GPU only the CPU is
-sampled and the sampler says why. :func:`helpers.experiments.training_throughput.utilisation_trace`
-runs it around a training measurement.
+and memory in use (bytes) from NVML (``pynvml``, from nvidia-ml-py, optional) and the CPU
+utilisation of all cores (percent, :class:`helpers.device.host.CpuUtilisation`), while the code
+it surrounds runs. Without a GPU or NVML only the CPU is sampled and the sampler says why.
+:func:`helpers.experiments.training_throughput.utilisation_trace` runs it around a training
+measurement.
 
 Sources: NVML ``nvmlDeviceGetUtilizationRates`` (what ``nvidia-smi`` shows as GPU-Util: percent
 of time over the past sample period, between 1/6 s and 1 s, during which a kernel ran), as the
-V100 review read utilisation; psutil ``cpu_percent``.
+V100 review read utilisation; psutil ``cpu_percent`` or Linux's ``/proc/stat``.
 """
 
 from __future__ import annotations
@@ -18,17 +19,24 @@ import threading
 import time
 
 import numpy as np
-import psutil
-import pynvml
 import torch
 
+from helpers.device.host import CpuUtilisation
 from helpers.experiments.training import gpu_reason
 
-__all__ = ["UtilisationSampler"]
+try:
+    import pynvml
+except ImportError:  # nvidia-ml-py is optional: without it the GPU is not sampled
+    pynvml = None
+
+__all__ = ["NVML_MISSING", "UtilisationSampler"]
+
+#: Why the GPU is not sampled when nvidia-ml-py is missing.
+NVML_MISSING = "GPU utilisation not sampled: NVML is not installed (pip install nvidia-ml-py)"
 
 
 class UtilisationSampler:
-    """Samples GPU utilisation (NVML) and CPU utilisation (psutil) in a background thread.
+    """Samples GPU utilisation (NVML) and CPU utilisation (all cores) in a background thread.
 
     Use as a context manager around training::
 
@@ -38,21 +46,23 @@ class UtilisationSampler:
 
     Args:
         interval_s: seconds between samples, in [0.01, 10].
-        gpu: sample the GPU (needs a CUDA GPU and NVML); False samples the CPU only.
+        gpu: sample the GPU (needs a CUDA GPU and NVML, from nvidia-ml-py); False samples the
+            CPU only.
 
     Attributes:
         samples: one dict per sample: ``t_s`` (seconds since the sampler started), ``gpu_util``
             (percent of the last NVML sample period, 1/6 s to 1 s depending on the GPU, in which a
             kernel ran; NaN without a GPU), ``gpu_mem_bytes`` (device memory in use, NaN without),
             ``cpu_util`` (percent of all CPU cores busy since the previous sample, every process
-            on the machine counted).
-        gpu_reason: None if the GPU was sampled, else why not.
+            on the machine counted; NaN where it cannot be read).
+        gpu_reason: None if the GPU was sampled, else why not (:data:`NVML_MISSING` without
+            nvidia-ml-py).
 
     Raises:
         ValueError: ``interval_s`` outside its range.
 
     Source: NVML ``nvmlDeviceGetUtilizationRates`` (what ``nvidia-smi`` shows as GPU-Util), as
-    the V100 review read utilisation; psutil ``cpu_percent``.
+    the V100 review read utilisation; :class:`helpers.device.host.CpuUtilisation`.
     """
 
     def __init__(self, interval_s: float = 0.1, gpu: bool = True):
@@ -66,9 +76,13 @@ class UtilisationSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._cpu: CpuUtilisation | None = None
 
     def _open_nvml(self) -> None:
         if self.gpu_reason:
+            return
+        if pynvml is None:
+            self.gpu_reason = NVML_MISSING
             return
         try:
             pynvml.nvmlInit()
@@ -88,8 +102,9 @@ class UtilisationSampler:
                 mem = float(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used)
             except Exception:  # noqa: BLE001  (a failed read is a gap, not a crash)
                 pass
+        cpu = self._cpu.read() if self._cpu is not None else None
         return {"t_s": time.perf_counter() - self._t0, "gpu_util": util, "gpu_mem_bytes": mem,
-                "cpu_util": float(psutil.cpu_percent(interval=None))}
+                "cpu_util": math.nan if cpu is None else float(cpu)}
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -102,7 +117,7 @@ class UtilisationSampler:
 
     def __enter__(self) -> UtilisationSampler:
         self._open_nvml()
-        psutil.cpu_percent(interval=None)  # the first call only starts psutil's interval
+        self._cpu = CpuUtilisation()  # counts from here: the first sample covers one interval
         self._t0 = time.perf_counter()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="utilisation-sampler", daemon=True)

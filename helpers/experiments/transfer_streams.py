@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import psutil
 import torch
 import torch.nn.functional as F
 
 from helpers.conv.config import ConvConfig
+from helpers.device import host
 from helpers.experiments.transfer_model import STREAMS, layer_bytes
 
 __all__ = [
@@ -127,7 +127,7 @@ def refusal(gpu_bytes: int, host_bytes: int) -> str | None:
     if gpu_bytes > 0.8 * free:
         return (f"refused: needs about {gpu_bytes / 2**20:,.0f} MiB of GPU memory, "
                 f"{free / 2**20:,.0f} MiB free")
-    available = psutil.virtual_memory().available
+    available = host.ram_available_bytes()
     if host_bytes > 0.5 * available:
         return (f"refused: needs about {host_bytes / 2**20:,.0f} MiB of host memory, "
                 f"{available / 2**20:,.0f} MiB available")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -25,6 +26,7 @@ import torch
 from helpers import results
 from helpers.conv.config import ConvConfig
 from helpers.device import backend
+from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments import transfer_streams as streams
 from helpers.experiments.transfer_model import (
     SEQUENTIAL_STREAM,
@@ -138,7 +140,8 @@ def _layer_fields(lay: ConvConfig) -> dict:
 
 def copy_bandwidth(sizes: Iterable[int] = DEFAULT_SIZES, direction: str = "h2d",
                    pinned: bool = True, *, repeats: int = 20, warmup: int = 3,
-                   references: bool = True) -> list[dict]:
+                   references: bool = True, deadline: float | None = None,
+                   time_limit: float | None = None) -> list[dict]:
     """Host-to-device or device-to-host copy bandwidth, from pageable or pinned host memory.
 
     Each size is copied ``warmup`` times untimed, then ``repeats`` times, each copy between two
@@ -155,12 +158,15 @@ def copy_bandwidth(sizes: Iterable[int] = DEFAULT_SIZES, direction: str = "h2d",
         repeats: timed copies per size, >= 1. warmup: untimed copies first, >= 0.
         references: without a GPU, append the matching rows recorded in ``results/``
             (:func:`recorded`: labelled with their GPU and date, ``source="reference"``).
+        deadline: a :func:`time.monotonic` value; sizes not started before it are not timed
+            (None: no deadline). time_limit: the seconds it came from, for the status text.
 
     Returns:
         One dict per size with the keys of :data:`BANDWIDTH_FIELDS`: ``median_ms``, ``iqr_ms``
         and ``gb_s`` (size / median time, 10^9 bytes/s); ``source="measured"`` and
         ``status="ok"``. Without a GPU the numbers are None and ``status`` says why (then any
-        recorded rows follow); a size that does not fit is refused with the reason.
+        recorded rows follow); a size that does not fit is refused with the reason; one after
+        the deadline has ``status`` ``"skipped: time limit of T s reached"``.
 
     Raises:
         ValueError: an unknown direction, a non-bool ``pinned``, an empty ``sizes`` or a size
@@ -192,15 +198,12 @@ def copy_bandwidth(sizes: Iterable[int] = DEFAULT_SIZES, direction: str = "h2d",
                 "device_kind": "cuda", "source": "measured" if times else "none",
                 "status": status}
 
-    if reason:
-        rows = [row(s, status=reason) for s in sizes]
-        if references:
-            rows += [{k: r.get(k) for k in BANDWIDTH_FIELDS}
-                     for r in recorded("bandwidth", direction=direction, memory=memory).rows]
-        return rows
-
     rows = []
     for size in sizes:
+        skip = time_limit_status(time_limit) if time_up(deadline) else reason
+        if skip:
+            rows.append(row(size, status=skip))
+            continue
         refused = streams.refusal(size, size)
         if refused:
             rows.append(row(size, status=refused))
@@ -216,11 +219,15 @@ def copy_bandwidth(sizes: Iterable[int] = DEFAULT_SIZES, direction: str = "h2d",
                 host.copy_(dev, non_blocking=pinned)
         rows.append(row(size, streams.event_times(copy, repeats, warmup)))
         del host, dev
+    if reason and references:
+        rows += [{k: r.get(k) for k in BANDWIDTH_FIELDS}
+                 for r in recorded("bandwidth", direction=direction, memory=memory).rows]
     return rows
 
 
 def overlap_experiment(layer: ConvConfig | str, chunks: int = 4, *, batch: int | None = None,
-                       repeats: int = 10, warmup: int = 2, seed: int = 0) -> dict:
+                       repeats: int = 10, warmup: int = 2, seed: int = 0,
+                       deadline: float | None = None, time_limit: float | None = None) -> dict:
     """Overlap copies with computation: a layer's batch in chunks on separate CUDA streams.
 
     Three runs of the same forward convolution (torch's own: cuDNN), each timed with CUDA
@@ -239,6 +246,7 @@ def overlap_experiment(layer: ConvConfig | str, chunks: int = 4, *, batch: int |
         chunks: chunks of the batch, 1..batch (1: no overlap possible).
         batch: replaces the layer's batch size (None: Table I's 128). >= 1.
         repeats: timed runs, >= 1. warmup: untimed runs first, >= 0. seed: of the random data.
+        deadline, time_limit: as :func:`copy_bandwidth` (past the deadline nothing is run).
 
     Returns:
         dict with the keys of :data:`OVERLAP_FIELDS` plus ``timeline``: times in ms;
@@ -248,7 +256,7 @@ def overlap_experiment(layer: ConvConfig | str, chunks: int = 4, *, batch: int |
         |sequential y| and ``matches`` (below :data:`OUTPUT_TOLERANCE`); ``timeline`` lists
         every stage of the last sequential-pageable and overlapped runs as measured by events
         (fields as :func:`~helpers.experiments.transfer_model.estimated_timeline`). Without a
-        GPU: numbers None, ``timeline`` empty, ``status`` says why.
+        GPU or past the deadline: numbers None, ``timeline`` empty, ``status`` says why.
 
     Raises:
         ValueError: an unknown layer, ``batch < 1``, ``chunks`` outside 1..batch,
@@ -260,7 +268,7 @@ def overlap_experiment(layer: ConvConfig | str, chunks: int = 4, *, batch: int |
     bounds = chunk_bounds(lay.n, chunks)
     _check_repeats(repeats, warmup)
     base = dict(experiment="overlap", chunks=chunks, repeats=repeats, **_layer_fields(lay))
-    reason = gpu_reason()
+    reason = time_limit_status(time_limit) if time_up(deadline) else gpu_reason()
     if reason:
         return dict(_not_measured(OVERLAP_FIELDS, base, reason), timeline=[])
     x_bytes, y_bytes = layer_bytes(lay)
@@ -309,7 +317,8 @@ def overlap_experiment(layer: ConvConfig | str, chunks: int = 4, *, batch: int |
 
 def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
                    batch: int | None = None, backward: bool = True, pieces: int | None = None,
-                   chunks: int = 4, repeats: int = 10, warmup: int = 2, seed: int = 0) -> dict:
+                   chunks: int = 4, repeats: int = 10, warmup: int = 2, seed: int = 0,
+                   deadline: float | None = None, time_limit: float | None = None) -> dict:
     """Measured share of CPU-GPU copies in copy x in + forward (+ backward) + copy y out.
 
     Every run is timed with CUDA events on the GPU; medians over ``repeats`` after ``warmup``
@@ -325,6 +334,7 @@ def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
         pieces: copies per direction for ``"small-copies"``, 1..batch (default: one per image).
         chunks: chunks for ``"overlapped"``, 1..batch.
         repeats: timed runs, >= 1. warmup: untimed runs, >= 0. seed: of the random data.
+        deadline, time_limit: as :func:`copy_bandwidth` (past the deadline nothing is run).
 
     Returns:
         dict with the keys of :data:`SHARE_FIELDS` (``pieces``: copies per direction, the
@@ -332,8 +342,8 @@ def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
         ``compute_ms``, ``d2h_ms`` are the medians of each stage, ``total_ms`` the median of the
         whole run, ``copy_ms = h2d_ms + d2h_ms`` and ``copy_share`` the median over runs of
         copies / total. For ``"overlapped"``, ``h2d_ms`` and ``d2h_ms`` are None and
-        ``copy_ms`` = total - compute alone: the copy time left exposed. Without a GPU: the
-        numbers are None and ``status`` says why.
+        ``copy_ms`` = total - compute alone: the copy time left exposed. Without a GPU or past
+        the deadline: the numbers are None and ``status`` says why.
 
     Raises:
         ValueError: an unknown layer or strategy, ``batch < 1``, ``pieces`` or ``chunks``
@@ -357,7 +367,7 @@ def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
     base = {"experiment": "share", "strategy": strategy,
             "pass": "forward+backward" if backward else "forward",
             "pieces": len(bounds) if bounds else 1, "repeats": repeats, **_layer_fields(lay)}
-    reason = gpu_reason()
+    reason = time_limit_status(time_limit) if time_up(deadline) else gpu_reason()
     if reason:
         return _not_measured(SHARE_FIELDS, base, reason)
     x_bytes, y_bytes = layer_bytes(lay)
@@ -399,8 +409,9 @@ def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
 
 
 def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None = None,
-            chunks: int = 4, sizes: Iterable[int] = DEFAULT_SIZES,
-            repeats: int = 20) -> dict[str, list[dict]]:
+            chunks: int = 4, sizes: Iterable[int] = DEFAULT_SIZES, repeats: int = 20,
+            deadline: float | None = None,
+            time_limit: float | None = None) -> dict[str, list[dict]]:
     """Every experiment of this module on this GPU, as :func:`main` records it.
 
     Args:
@@ -409,13 +420,17 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None =
         chunks: chunks of the overlapped runs, 1..batch.
         sizes: copy sizes in bytes for :func:`copy_bandwidth`.
         repeats: timed copies per size; the layer runs are timed ``max(3, repeats // 2)`` times.
+        deadline: a :func:`time.monotonic` value; no copy size, overlap or share experiment
+            starts after it (None: no deadline). time_limit: the seconds it came from (text).
 
     Returns:
         ``{"bandwidth": rows, "overlap": rows, "share": rows, "timeline": rows}`` (the keys of
         :data:`EXPERIMENTS`): :func:`copy_bandwidth` for both directions, pageable and pinned;
         :func:`overlap_experiment` per layer (:data:`OVERLAP_FIELDS`, its timeline apart, as
         :data:`TIMELINE_FIELDS` rows); :func:`transfer_share` per layer and strategy. Without a
-        GPU the rows say why in ``status`` and the timeline is empty.
+        GPU the rows say why in ``status`` and the timeline is empty; the rows of experiments
+        not started before the deadline have ``status`` ``"skipped: time limit of T s
+        reached"`` (the timeline holds the overlaps measured).
 
     Raises:
         ValueError: as the experiments (an unknown layer, ``batch < 1``, ``chunks`` outside
@@ -427,10 +442,11 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None =
     for lay in layers:  # refuse a bad chunk count before anything is timed
         chunk_bounds(lay.n, chunks)
     runs = max(3, repeats // 2)
+    limit = dict(deadline=deadline, time_limit=time_limit)
     bw = [r for d in DIRECTIONS for pinned in (False, True)
-          for r in copy_bandwidth(sizes, d, pinned, repeats=repeats, references=False)]
-    overlaps = [overlap_experiment(lay, chunks, repeats=runs) for lay in layers]
-    shares = [transfer_share(lay, strategy, chunks=chunks, repeats=runs)
+          for r in copy_bandwidth(sizes, d, pinned, repeats=repeats, references=False, **limit)]
+    overlaps = [overlap_experiment(lay, chunks, repeats=runs, **limit) for lay in layers]
+    shares = [transfer_share(lay, strategy, chunks=chunks, repeats=runs, **limit)
               for lay in layers for strategy in TRANSFER_STRATEGIES]
     timeline = []
     for o in overlaps:
@@ -493,14 +509,18 @@ _ESTIMATE_COLUMNS = ("scenario", "layer", "b", "copies", "gflop", "flop_per_byte
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.transfers [--save] [--batch N] [--chunks J] [--quick]``.
+    """``python -m helpers.experiments.transfers [--save] [--out DIR] [--batch N] [--chunks J]
+    [--quick] [--time-limit S]``.
 
     On a GPU: :func:`measure` (copy bandwidth h2d and d2h, pageable and pinned; the overlap
     experiment; the copy share of every Table I layer for every transfer strategy), printed as
-    tables; ``--save`` writes ``results/transfers_{bandwidth,overlap,share,timeline}_*``. Without
-    a GPU it says why, prints the analytic estimate (labelled so) and what ``results/`` holds;
-    ``--save`` then returns 1 (nothing measured, nothing saved). Otherwise returns 0.
+    tables; ``--save`` writes ``<out>/transfers_{bandwidth,overlap,share,timeline}_*`` (default
+    ``results/``); experiments not started within ``--time-limit`` seconds get rows with a
+    ``skipped: time limit`` status. Without a GPU it says why; with ``--save`` it then returns 1
+    at once (nothing measured, nothing saved), else prints the analytic estimate (labelled so)
+    and what ``--out`` holds. Otherwise returns 0.
     """
+    start = time.monotonic()
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.transfers",
         description="Measure CPU-GPU copies: bandwidth, overlap with compute, and their share "
@@ -513,7 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="few sizes and repeats (a smoke test)")
     parser.add_argument("--out", default=None, help="output folder (default results/)")
+    parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
+                        help="seconds after which no further experiment starts")
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
     if args.batch is not None and args.batch < 1:
         parser.error(f"--batch must be >= 1, got {args.batch}")
     batch = args.batch or TABLE_I[0].n
@@ -521,6 +545,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--chunks must be in 1..{batch} (the batch size), got {args.chunks}")
 
     reason = gpu_reason()
+    if reason and args.save:
+        print(reason)
+        print("--save: nothing was measured, so nothing was saved")
+        return 1
     if reason:
         print(reason)
         print("\nAnalytic ESTIMATE (not measured): copies of x in and y out at the stated link "
@@ -530,16 +558,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for experiment in EXPERIMENTS:
             print(f"{experiment}: {recorded(experiment, args.out).note}")
-        if args.save:
-            print("\n--save: nothing was measured, so nothing was saved")
-            return 1
         return 0
 
     print(f"measuring on {_device_label()}")
     quick = args.quick
+    deadline = None if args.time_limit is None else start + args.time_limit
     rows = measure(TABLE_I[-1:] if quick else TABLE_I, batch=batch, chunks=args.chunks,
                    sizes=DEFAULT_SIZES[::2] if quick else DEFAULT_SIZES,
-                   repeats=5 if quick else 20)
+                   repeats=5 if quick else 20, deadline=deadline, time_limit=args.time_limit)
     print(format_table(rows["bandwidth"], ("direction", "memory", "size_bytes", "median_ms",
                                            "iqr_ms", "gb_s", "status")))
     print()

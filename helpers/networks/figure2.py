@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "NAMES", "NATIVE_INPUT", "MIN_INPUT", "OverFeatFast", "build",
-           "check_model_name", "check_input_size"]
+__all__ = ["MODELS", "NAMES", "NATIVE_INPUT", "MIN_INPUT", "TORCHVISION_MODELS", "OverFeatFast",
+           "build", "check_model_name", "check_input_size", "missing_requirement"]
 
 #: Model keys (as the command line takes them) and their display names, in the study's order.
 MODELS: dict[str, str] = {
@@ -29,6 +29,9 @@ MODELS: dict[str, str] = {
 
 #: The keys of :data:`MODELS`, in order.
 NAMES: tuple[str, ...] = tuple(MODELS)
+
+#: The networks that torchvision builds (:func:`build` imports it for these only).
+TORCHVISION_MODELS: tuple[str, ...] = ("alexnet", "googlenet", "vgg16")
 
 #: The input size (pixels, height = width) each network was designed for.
 NATIVE_INPUT: dict[str, int] = {"alexnet": 224, "googlenet": 224, "vgg16": 224, "overfeat": 231}
@@ -121,6 +124,28 @@ def check_model_name(name: str) -> str:
     return name
 
 
+def missing_requirement(name: str) -> str | None:
+    """Why :func:`build` cannot make network ``name`` here, or None if it can.
+
+    Returns:
+        None for OverFeat (ours) and, where torchvision imports, for the others; otherwise
+        ``"torchvision is not installed"`` (or why it failed to import).
+
+    Raises:
+        ValueError: unknown ``name``.
+    """
+    check_model_name(name)
+    if name not in TORCHVISION_MODELS:
+        return None
+    try:
+        import torchvision  # noqa: F401  (optional: a bare GPU server may lack it)
+    except ImportError:
+        return "torchvision is not installed"
+    except RuntimeError as exc:  # e.g. a torchvision built for another torch
+        return f"torchvision cannot be imported ({exc})"
+    return None
+
+
 def check_input_size(name: str, input_size: int) -> int:
     """Return ``input_size`` if the network ``name`` accepts it (pixels, height = width).
 
@@ -170,12 +195,17 @@ def build(name: str, num_classes: int = 1000, seed: int = 0) -> nn.Module:
 
     Raises:
         ValueError: unknown ``name``; ``num_classes < 1``.
+        ImportError: torchvision is not installed and ``name`` is not ``"overfeat"``
+            (:func:`missing_requirement` says so without raising).
     """
-    import torchvision
-
     check_model_name(name)
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if name == "overfeat":
+        torch.manual_seed(seed)
+        return OverFeatFast(num_classes).train()
+    import torchvision  # only here: OverFeat builds without it
+
     torch.manual_seed(seed)
     if name == "alexnet":
         model = torchvision.models.alexnet(weights=None, num_classes=num_classes)
@@ -184,6 +214,4 @@ def build(name: str, num_classes: int = 1000, seed: int = 0) -> nn.Module:
     elif name == "googlenet":
         model = torchvision.models.googlenet(weights=None, num_classes=num_classes,
                                              aux_logits=False, init_weights=False)
-    else:
-        model = OverFeatFast(num_classes)
     return model.train()

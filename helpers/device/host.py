@@ -1,0 +1,129 @@
+"""The host machine: CPU cores, RAM and CPU utilisation, from psutil where it is installed.
+
+A bare GPU server may lack psutil; every function here then falls back to the standard library
+and Linux's ``/proc`` files, and returns None for what neither can tell.
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    import psutil
+except ImportError:  # psutil is optional: the standard library and /proc stand in
+    psutil = None
+
+__all__ = [
+    "CpuUtilisation",
+    "cpu_count",
+    "cpu_freq_max_hz",
+    "ram_available_bytes",
+    "ram_total_bytes",
+    "rss_bytes",
+]
+
+
+def _meminfo_kib(field: str) -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpu_count(logical: bool = True) -> int | None:
+    """Logical CPUs (``logical=True``) or physical cores; None where it cannot be told."""
+    if psutil is not None:
+        return psutil.cpu_count(logical=logical)
+    return os.cpu_count() if logical else None
+
+
+def cpu_freq_max_hz() -> float | None:
+    """The CPU's maximum clock in Hz (psutil), or None."""
+    if psutil is None:
+        return None
+    freq = psutil.cpu_freq()
+    return freq.max * 1e6 if freq and freq.max else None
+
+
+def ram_total_bytes() -> int | None:
+    """Installed RAM in bytes, or None."""
+    if psutil is not None:
+        return int(psutil.virtual_memory().total)
+    kib = _meminfo_kib("MemTotal")
+    if kib is not None:
+        return kib * 1024
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def ram_available_bytes() -> int:
+    """RAM available to a new allocation without swapping, in bytes.
+
+    psutil's figure, else Linux's ``MemAvailable``, else the free pages (``os.sysconf``).
+
+    Raises:
+        RuntimeError: none of the three can be read (a refusal then cannot be computed).
+    """
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    kib = _meminfo_kib("MemAvailable")
+    if kib is not None:
+        return kib * 1024
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError) as exc:
+        raise RuntimeError("cannot read the available RAM: install psutil") from exc
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size in bytes, or None."""
+    if psutil is not None:
+        return int(psutil.Process().memory_info().rss)
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpuUtilisation:
+    """CPU utilisation of all cores, in percent, since the previous :meth:`read`.
+
+    psutil's ``cpu_percent``, else the busy share of Linux's ``/proc/stat`` counters; None from
+    :meth:`read` where neither exists.
+    """
+
+    def __init__(self) -> None:
+        self._last = self._counters()
+        if psutil is not None:
+            psutil.cpu_percent(interval=None)  # the first call only starts psutil's interval
+
+    @staticmethod
+    def _counters() -> tuple[float, float] | None:
+        if psutil is not None:
+            return None
+        try:
+            with open("/proc/stat") as fh:
+                values = [float(v) for v in fh.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = values[3] + (values[4] if len(values) > 4 else 0.0)
+        return sum(values), idle
+
+    def read(self) -> float | None:
+        """Percent busy since the last call (0..100), or None."""
+        if psutil is not None:
+            return float(psutil.cpu_percent(interval=None))
+        now = self._counters()
+        last, self._last = self._last, now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        total, idle = now[0] - last[0], now[1] - last[1]
+        return 100.0 * (1.0 - idle / total)
+
