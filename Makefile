@@ -12,12 +12,13 @@ PORT   ?= 8888
 # JupyterLab refuses to run as root unless told; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: help env lab test test-gpu test-fast run outputs book clean
+.PHONY: help env lab test test-gpu test-fast gpu-reference run outputs book clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
+	@echo "make gpu-reference  on an NVIDIA GPU: record every GPU reference into results/ (about 20 min)"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
 	@echo "make outputs re-execute the notebooks, labs and solutions in place, refreshing stored outputs"
 	@echo "make book    render the notebooks and labs (stored outputs) as HTML into build/book/"
@@ -48,6 +49,14 @@ test-gpu: env
 	@NUMBA_ENABLE_CUDASIM=0 $(PY) -W ignore -c "import sys, helpers.device.backend as b; \
 	sys.exit(0 if b.MODE == 'gpu' else 'make test-gpu needs an NVIDIA GPU that Numba can use (without one, run make test): ' + b.MODE_REASON)"
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest --nbval-lax
+
+# On a GPU machine: every measurement the notebooks read from results/, in one run of about 20
+# minutes, resumable, with a summary and one archive (helpers/experiments/gpu_reference.py). It
+# needs only python3 with numpy, numba, numba-cuda and torch, so it uses the workbook's
+# environment when there is one and the machine's python3 otherwise. ARGS="--dry-run" tries the
+# same path on a CPU at tiny sizes; ARGS="--list" prints the parts.
+gpu-reference:
+	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m helpers.experiments.gpu_reference $(ARGS)
 
 test-fast: env
 	$(PY) -m pytest tests

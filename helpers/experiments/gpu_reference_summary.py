@@ -1,0 +1,165 @@
+"""The summary of a GPU reference run: each part's outcome and the headline ratios.
+
+The headline, read from the files the run wrote: our tiled GEMM against cuBLAS (torch) at
+4096 x 4096, and per Table I layer the time of ``direct-tiled``, ``im2col-gemm`` and ``fft``
+as a multiple of torch's own convolution (cuDNN), with the fastest strategy.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+from helpers import results
+
+__all__ = [
+    "GEMM_SIZE",
+    "HEADLINE_STRATEGIES",
+    "count_rows",
+    "format_summary",
+    "headline",
+    "status_of",
+]
+
+#: The GEMM size of the headline (n of n x n, float32).
+GEMM_SIZE = 4096
+
+#: Our strategies the headline compares with torch's convolution (cuDNN on a GPU).
+HEADLINE_STRATEGIES = ("direct-tiled", "im2col-gemm", "fft")
+
+_TIME_LIMIT = "skipped: time limit"
+
+
+def _load(out: pathlib.Path, csv_name: str) -> results.Dataset | None:
+    try:
+        return results.load(csv_name.removesuffix(".csv"), out)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def count_rows(files: list[str], out: pathlib.Path | None = None) -> dict:
+    """``rows``, ``measured`` (status ``ok``, or no status column) and ``skipped_for_time``
+    (status ``skipped: time limit ...``) over the CSV files among ``files`` (names in ``out``)."""
+    counts = {"rows": 0, "measured": 0, "skipped_for_time": 0}
+    if out is None:
+        return counts
+    for name in files:
+        ds = _load(out, name) if name.endswith(".csv") else None
+        for r in ds.rows if ds else []:
+            status = str(r.get("status", "ok"))
+            counts["rows"] += 1
+            counts["measured"] += status == "ok" or status.startswith("ok:")
+            counts["skipped_for_time"] += status.startswith(_TIME_LIMIT)
+    return counts
+
+
+def status_of(code: int | None, files: list[str], *, dry_run: bool, gpu_only: bool,
+              tail: str) -> tuple[str, str]:
+    """A part's status and note from its exit status (None: stopped for time), the files it
+    wrote and the last lines of its output.
+
+    ``ok``; ``no GPU (dry run)`` for a GPU-only part that refused (exit 1) in a dry run;
+    ``killed`` (over its budget); ``failed`` (another exit status, or nothing written on a GPU).
+    """
+    if code is None:
+        return "killed", f"stopped after its budget and a grace period; last output: {tail}"
+    if dry_run and gpu_only and code == 1 and not files:
+        return "no GPU (dry run)", f"refused as it should without a GPU: {tail}"
+    if code != 0:
+        return "failed", f"exit status {code}: {tail}"
+    if not files and not dry_run:
+        return "failed", f"exit status 0 but no file written: {tail}"
+    return "ok", "" if files else "nothing to save without a GPU"
+
+
+def _files(rows: list[dict], part: str, prefix: str) -> list[str]:
+    for r in rows:
+        if r["part"] == part:
+            return [f for f in str(r["files"]).split(";") if f.startswith(prefix)
+                    and f.endswith(".csv")]
+    return []
+
+
+def _gemm(out: pathlib.Path, rows: list[dict]) -> dict | None:
+    for name in _files(rows, "throughput", "01_throughput_"):
+        ds = _load(out, name)
+        ok = [r for r in ds.rows if r["experiment"] == "gemm" and r["dtype"] == "float32"
+              and r["status"] == "ok"] if ds else []
+        by = {(r["backend"], r["device_kind"], r["size"]): r["gflop_s"] for r in ok}
+        for kind in ("cuda", "cpu"):
+            sizes = sorted({s for b, k, s in by if k == kind and b == "numba-tiled"}
+                           & {s for b, k, s in by if k == kind and b == "torch"})
+            if sizes:
+                n = GEMM_SIZE if GEMM_SIZE in sizes else sizes[-1]
+                tiled, torch = by[("numba-tiled", kind, n)], by[("torch", kind, n)]
+                naive = by.get(("numba-naive", kind, n))
+                return {"size": n, "device": ds.device, "tiled_gflop_s": tiled,
+                        "naive_gflop_s": naive, "torch_gflop_s": torch,
+                        "tiled_vs_torch": tiled / torch}
+    return None
+
+
+def _table1(out: pathlib.Path, rows: list[dict]) -> list[dict]:
+    names = _files(rows, "conv-b128", "conv_table1_") or _files(rows, "conv-b1", "conv_table1_")
+    lines = []
+    for name in names:
+        ds = _load(out, name)
+        passes = [r for r in ds.rows if r["pass"] == "forward+backward"] if ds else []
+        for layer in dict.fromkeys(r["layer"] for r in passes):
+            mine = [r for r in passes if r["layer"] == layer]
+            timed = [r for r in mine if isinstance(r["median_ms"], (int, float))
+                     and not math.isnan(r["median_ms"])]
+            line = {"layer": layer, "b": mine[0]["b"], "device": ds.device}
+            for s in HEADLINE_STRATEGIES:
+                got = [r["vs_reference"] for r in timed if r["strategy"] == s]
+                line[s] = got[0] if got and isinstance(got[0], (int, float)) else None
+            best = min(timed, key=lambda r: r["median_ms"], default=None)
+            line["fastest"] = best["strategy"] if best else None
+            line["fastest_ms"] = best["median_ms"] if best else None
+            lines.append(line)
+    return lines
+
+
+def headline(out: pathlib.Path, rows: list[dict]) -> dict:
+    """The headline numbers from the files the run wrote in ``out`` (JSON-ready).
+
+    Returns:
+        ``{"gemm": {size, device, tiled_gflop_s, naive_gflop_s, torch_gflop_s,
+        tiled_vs_torch} or None, "table1": [{layer, b, device, direct-tiled, im2col-gemm,
+        fft (each time / torch's, forward+backward), fastest, fastest_ms}]}``.
+    """
+    return {"gemm": _gemm(out, rows), "table1": _table1(out, rows)}
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def format_summary(rows: list[dict], out: pathlib.Path) -> str:
+    """The parts as a table, then the headline ratios, as text."""
+    lines = [(f"{'part':<18}{'status':<18}{'seconds':>8}{'budget':>8}{'measured':>10}"
+             f"{'rows':>7}  note")]
+    for r in rows:
+        lines.append(f"{r['part']:<18}{r['status']:<18}{r['seconds']:>8}{r['budget_s']:>8}"
+                     f"{r['measured']:>10}{r['rows']:>7}  {str(r['note'])[:100]}")
+    head = headline(out, rows)
+    g = head["gemm"]
+    lines.append("")
+    if g:
+        lines.append(f"Our tiled GEMM vs torch (cuBLAS on a GPU), {g['size']} x {g['size']} "
+                     f"float32 on {g['device']}: {g['tiled_gflop_s']:,.0f} vs "
+                     f"{g['torch_gflop_s']:,.0f} GFLOP/s = {g['tiled_vs_torch']:.3f} of it")
+    else:
+        lines.append("Our tiled GEMM vs cuBLAS: not measured in this run")
+    if head["table1"]:
+        lines.append("Table I, forward+backward, time as a multiple of torch's convolution "
+                     "(cuDNN on a GPU):")
+        lines.append(f"  {'layer':<7}{'batch':>6}" + "".join(f"{s:>14}" for s in
+                                                         HEADLINE_STRATEGIES) + "   fastest")
+        for t in head["table1"]:
+            lines.append(f"  {t['layer']:<7}{t['b']:>6}" + "".join(
+                f"{_x(t[s]):>14}" for s in HEADLINE_STRATEGIES) + f"   {t['fastest']}")
+        lines.append(f"  measured on {head['table1'][0]['device']}")
+    else:
+        lines.append("Table I vs cuDNN: not measured in this run")
+    return "\n".join(lines)
