@@ -1,5 +1,6 @@
 """The study's numbers as data: Table I's layers (and the GEMMs they become under im2col),
-Figure 2's convolution shares, Figure 4's GEMM shares, Table II and Figure 6.
+Figure 2's convolution shares, Figure 3's kernel-size finding, Figure 4's GEMM shares, Table II,
+Figure 6 and Figure 7.
 
 Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters,
 kernel height = width, stride); in kernels, the cuDNN paper's N, C, H, W, K, R, S, P, Q.
@@ -19,8 +20,8 @@ import dataclasses
 
 from helpers.conv.config import ConvConfig
 
-__all__ = ["TABLE_I", "STUDY_FIGURE2", "STUDY_TABLE_II", "STUDY_FIGURE_6",
-           "STUDY_FIGURE4_GEMM_SHARE", "GemmShape",
+__all__ = ["TABLE_I", "STUDY_FIGURE2", "STUDY_FIGURE3_KERNEL", "STUDY_TABLE_II", "STUDY_FIGURE_6",
+           "STUDY_FIGURE4_GEMM_SHARE", "STUDY_FIGURE_7", "GemmShape",
            "im2col_gemm"]
 
 
@@ -84,6 +85,14 @@ def im2col_gemm(layer: ConvConfig, itemsize: int = 4) -> GemmShape:
 STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "vgg16": 0.90,
                                    "overfeat": 0.94}
 
+#: The study's Figure 3 (d) (Section IV-B): the kernel-size sweep around (64, 128, 64, 11, 1) on
+#: the K40c, forward + backward: how many times faster the winner was, as (lowest, highest).
+#: Reported, not measured here.
+STUDY_FIGURE3_KERNEL: dict[str, tuple[float, float]] = {
+    "fbfft faster than cuDNN, kernels above 7 x 7": (1.15, 19.0),
+    "cuDNN faster than fbfft, kernels below 7 x 7": (1.21, 2.62),
+}
+
 #: The study's Table II (K40c, CUDA 7.5, nvprof; Section V-C): registers per thread and shared
 #: memory per block (KB) of each implementation's main convolution kernel, as the study reports.
 STUDY_TABLE_II: list[dict] = [
@@ -111,3 +120,12 @@ STUDY_FIGURE_6: dict[str, str] = {
 #: implementations at (64, 128, 64, 11, 1) on the K40c, as its text reports them.
 STUDY_FIGURE4_GEMM_SHARE: dict[str, float] = {"Caffe": 0.87, "Torch-cunn": 0.83,
                                               "Theano-CorrMM": 0.80}
+
+#: The study's Figure 7 (Section V-D): share of the runtime spent in CPU-GPU copies on the
+#: Table I layers, K40c, per implementation, in its words. Caffe's near-0 % comes with a
+#: prefetching thread that hides its copies, so a small share need not mean little data crossed.
+STUDY_FIGURE_7: dict[str, str] = {
+    "cuDNN, Caffe, fbfft": "near 0 %",
+    "Torch-cunn, cuda-convnet2, Theano-fft": "1-15 %",
+    "Theano-CorrMM": "over 60 % on Conv2 (the only share above 60 %)",
+}

@@ -3,6 +3,7 @@
 Every file pair ``results/NAME.csv`` + ``results/NAME.json`` comes from a real run: the JSON
 records the device (GPU, driver, CUDA), library versions, the command that made it and the date.
 Notebooks load them to show GPU curves on machines without a GPU, labelled with that GPU.
+``WORKBOOK_RESULTS`` names another folder to read and write instead (a test's, say).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import csv
 import dataclasses
 import datetime as _dt
 import json
+import os
 import pathlib
 import re
 import sys
@@ -19,8 +21,10 @@ from helpers.device import backend
 
 __all__ = ["RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded", "slug"]
 
-#: The repository's ``results/`` folder.
-RESULTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "results"
+#: The repository's ``results/`` folder, or the folder the environment variable
+#: ``WORKBOOK_RESULTS`` names.
+RESULTS_DIR = pathlib.Path(os.environ.get("WORKBOOK_RESULTS")
+                           or pathlib.Path(__file__).resolve().parent.parent / "results")
 
 
 @dataclasses.dataclass
@@ -33,15 +37,30 @@ class Dataset:
 
     @property
     def device(self) -> str:
-        """The GPU (or CPU) that made the measurement, for labels."""
+        """The GPU (with its driver, where recorded) or CPU that made the measurement, for
+        labels: ``"GPU: NVIDIA H100 80GB HBM3 (driver 550.54.15)"``, ``"CPU: ..."``."""
         env = self.meta.get("environment", {})
-        return (f"GPU: {env['gpu_name']}" if env.get("gpu_name")
-                else f"CPU: {env.get('cpu_model', 'unknown')}")
+        if not env.get("gpu_name"):
+            return f"CPU: {env.get('cpu_model', 'unknown')}"
+        driver = env.get("driver_version")
+        return f"GPU: {env['gpu_name']}" + (f" (driver {driver})" if driver else "")
 
     @property
     def date(self) -> str:
         """Date of the run (ISO 8601)."""
         return self.meta.get("date", "unknown date")
+
+    @property
+    def provenance(self) -> str:
+        """Device, driver, CUDA and date in one line for notes:
+        ``"GPU: NVIDIA H100 80GB HBM3 (driver 550.54.15, CUDA 12.4, 2026-01-02)"``."""
+        env = self.meta.get("environment", {})
+        if not env.get("gpu_name"):
+            return f"{self.device} ({self.date[:10]})"
+        parts = [f"driver {env['driver_version']}" if env.get("driver_version") else "",
+                 f"CUDA {env['driver_cuda_version']}" if env.get("driver_cuda_version") else "",
+                 self.date[:10]]
+        return f"GPU: {env['gpu_name']} ({', '.join(p for p in parts if p)})"
 
 
 def slug(text: str) -> str:
@@ -132,7 +151,8 @@ class Recorded:
 
     Attributes:
         rows: the matching rows of every dataset, numbers parsed, each with ``source`` =
-            ``"reference"`` and ``device`` = the device and date that measured it.
+            ``"reference"`` and ``device`` = the device (GPU with its driver) and date that
+            measured it: ``"<Dataset.device>, <YYYY-MM-DD>"``.
         datasets: the datasets they came from (their ``meta`` names GPU, driver, versions, date).
         command: the command that records this experiment (on a GPU machine).
     """
@@ -146,10 +166,11 @@ class Recorded:
 
     @property
     def note(self) -> str:
-        """One line for a learner: which devices the rows come from, or how to record them."""
+        """One line for a learner: which devices (GPU, driver, CUDA) and dates the rows come
+        from, or how to record them."""
         if not self.rows:
             return f"nothing recorded in results/ yet: run `{self.command}` on a GPU machine"
-        made = sorted({f"{ds.device} ({ds.date[:10]})" for ds in self.datasets})
+        made = sorted({ds.provenance for ds in self.datasets})
         return "recorded in results/ on " + "; ".join(made)
 
 

@@ -69,9 +69,30 @@ def test_dataset_device_prefers_the_gpu(tmp_path, rows):
     results.save("gpu_run", rows, directory=tmp_path)
     meta_path = tmp_path / "gpu_run.json"
     meta = json.loads(meta_path.read_text())
-    meta["environment"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    meta["environment"].update(gpu_name="NVIDIA H100 80GB HBM3", driver_version=None,
+                               driver_cuda_version=None)
     meta_path.write_text(json.dumps(meta))
-    assert results.load("gpu_run", tmp_path).device == "GPU: NVIDIA H100 80GB HBM3"
+    ds = results.load("gpu_run", tmp_path)
+    assert ds.device == "GPU: NVIDIA H100 80GB HBM3"
+    assert ds.provenance == f"GPU: NVIDIA H100 80GB HBM3 ({meta['date'][:10]})"
+
+
+def test_gpu_labels_name_the_driver_cuda_and_date(tmp_path, rows):
+    results.save("gpu_run", rows, directory=tmp_path)
+    meta_path = tmp_path / "gpu_run.json"
+    meta = json.loads(meta_path.read_text())
+    meta["date"] = "2026-01-02T03:04:05+00:00"
+    meta["environment"].update(gpu_name="NVIDIA H100 80GB HBM3", driver_version="550.54.15",
+                               driver_cuda_version="12.4")
+    meta_path.write_text(json.dumps(meta))
+    ds = results.load("gpu_run", tmp_path)
+    assert ds.device == "GPU: NVIDIA H100 80GB HBM3 (driver 550.54.15)"
+    assert ds.provenance == "GPU: NVIDIA H100 80GB HBM3 (driver 550.54.15, CUDA 12.4, 2026-01-02)"
+    rec = results.recorded("gpu_", "make it", directory=tmp_path)
+    assert {r["device"] for r in rec.rows} == {
+        "GPU: NVIDIA H100 80GB HBM3 (driver 550.54.15), 2026-01-02"}
+    assert rec.note == ("recorded in results/ on GPU: NVIDIA H100 80GB HBM3 "
+                        "(driver 550.54.15, CUDA 12.4, 2026-01-02)")
 
 
 def test_default_command_is_this_process(tmp_path, rows):

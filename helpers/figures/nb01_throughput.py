@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from helpers.figures.style import COLORS, DASHES, color_for, layout
+from helpers.figures.style import COLORS, DASHES, color_for, layout, value
 
 
 def _groups(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
@@ -93,11 +93,15 @@ def roofline_figure(roofs: Sequence[tuple[str, float, float, str]],
         roofs: (label, peak FLOP/s, bandwidth bytes/s, colour) per device; the label says
             whether the peaks are datasheet figures, estimates or measurements.
         gemm_rows: measured square-GEMM rows; each point sits at its intensity
-            ``2n^3 / (3 n^2 * itemsize)`` FLOP/byte.
+            ``2n^3 / (3 n^2 * itemsize)`` FLOP/byte. Rows with ``experiment ==
+            "table1-gemm"`` (the Table I layers' im2col GEMMs timed on a GPU, live or from
+            results/) are drawn as stars labelled with their layer, one trace per device.
         marks: (label, intensity FLOP/byte) of other GEMMs (e.g. the study's Table I layers under
             im2col), drawn as markers on the first roof with their labels.
     """
     fig = go.Figure()
+    table1 = [r for r in gemm_rows if r.get("experiment") == "table1-gemm"]
+    gemm_rows = [r for r in gemm_rows if r.get("experiment") != "table1-gemm"]
     intensities = [0.1, 1e4]
     x = np.logspace(math.log10(intensities[0]), math.log10(intensities[1]), 200)
     for label, peak, bw, color in roofs:
@@ -113,6 +117,18 @@ def roofline_figure(roofs: Sequence[tuple[str, float, float, str]],
             name=f"measured GEMM: {_trace_name(backend, device, source, dtype)}",
             text=[f"n = {r['size']}" for r in g],
             hovertemplate="%{text}: %{y:,.1f} GFLOP/s<extra></extra>"))
+    by_device: dict[str, list[dict]] = {}
+    for r in table1:
+        if str(r.get("status", "ok")).startswith("ok") and value(r.get("gflop_s")):
+            by_device.setdefault(str(r["device"]), []).append(r)
+    for device, g in by_device.items():
+        fig.add_trace(go.Scatter(
+            x=[r["flops"] / r["bytes"] for r in g], y=[r["gflop_s"] for r in g],
+            mode="markers+text", text=[r["op"] for r in g], textposition="middle left",
+            marker=dict(symbol="star", size=11, color=color_for(g[0]["backend"])),
+            name=f"Table I layers' GEMMs, measured: {device}"
+                 + (" (results/)" if g[0].get("source") == "reference" else ""),
+            hovertemplate="%{text} GEMM: %{y:,.0f} GFLOP/s<extra></extra>"))
     if marks and roofs:
         _, peak, bw, _ = roofs[0]
         marks = sorted(marks, key=lambda m: m[1])  # alternate label sides along the x axis

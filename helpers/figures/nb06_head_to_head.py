@@ -84,15 +84,16 @@ def fastest_map_figure(kernels: Sequence[int], inputs: Sequence[int],
 
 
 def findings_table(rows: Sequence[dict], device: str) -> str:
-    """HTML table of :func:`helpers.experiments.sweep.findings`: the study's finding beside ours."""
+    """HTML table of :func:`helpers.experiments.sweep.findings`: the study's finding ("then,
+    K40c") beside what ``device`` measured ("now, <device>")."""
     import html as _html
 
     mark = {True: "agrees", False: "differs", None: "cannot tell"}
     body = "".join(
         f"<tr><td>{_html.escape(r['finding'])}</td><td>{_html.escape(r['study'])}</td>"
         f"<td>{_html.escape(r['here'])}</td><td><b>{mark[r['agrees']]}</b></td></tr>" for r in rows)
-    return ("<table><tr><th>finding</th><th>the study (K40c, 2016)</th>"
-            f"<th>here ({_html.escape(device)})</th><th></th></tr>{body}</table>")
+    return ("<table><tr><th>finding</th><th>then, K40c (the study, 2016)</th>"
+            f"<th>now, {_html.escape(device)}</th><th></th></tr>{body}</table>")
 
 
 # ------------------------------------------------ the layer explorer's charts (ConvExplorer)

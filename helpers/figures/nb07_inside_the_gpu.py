@@ -28,7 +28,8 @@ def table2_figure(study_rows: Sequence[dict], our_rows: Sequence[dict] = (), dev
         our_rows: rows of :func:`helpers.experiments.kernel_resources.measure` (``kernel``,
             ``family``, ``regs_per_thread``, ``smem_per_block`` in bytes), live or recorded;
             empty: only the study's bars and ``note`` in the title.
-        device: the GPU our rows were compiled for (shown in the legend).
+        device: the GPU our rows were compiled for or measured on (the legend says
+            "then, K40c" for the study's bars and "now, <device>" for ours).
 
     Source: study Table II (K40c, CUDA 7.5).
     """
@@ -41,7 +42,7 @@ def table2_figure(study_rows: Sequence[dict], our_rows: Sequence[dict] = (), dev
     for col, key in ((1, "regs_per_thread"), (2, "smem_kb")):
         fig.add_trace(go.Bar(
             x=names, y=[r[key] for r in study_rows], marker_color=colors, opacity=0.55,
-            name="the study's libraries (K40c, CUDA 7.5, as reported)", legendgroup="study",
+            name="then, K40c: the study's libraries (CUDA 7.5, as reported)", legendgroup="study",
             showlegend=col == 1, marker_pattern_shape="/",
             hovertemplate="%{x}: %{y} (reported by the study)<extra></extra>"), row=1, col=col)
     if our_rows:
@@ -49,11 +50,11 @@ def table2_figure(study_rows: Sequence[dict], our_rows: Sequence[dict] = (), dev
         ocolors = [color_for(r.get("family", "")) for r in our_rows]
         fig.add_trace(go.Bar(
             x=ours, y=[r["regs_per_thread"] for r in our_rows], marker_color=ocolors,
-            name=f"our kernels ({device})", legendgroup="ours",
+            name=f"now, {device}: our kernels", legendgroup="ours",
             hovertemplate="%{x}: %{y} registers per thread<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Bar(
             x=ours, y=[r["smem_per_block"] / 1024 for r in our_rows], marker_color=ocolors,
-            name=f"our kernels ({device})", legendgroup="ours", showlegend=False,
+            name=f"now, {device}: our kernels", legendgroup="ours", showlegend=False,
             hovertemplate="%{x}: %{y:.2f} KB per block<extra></extra>"), row=1, col=2)
     sub = note or (f"ours: compiled for {device}" if our_rows else "")
     fig.update_layout(title=f"Registers and shared memory per kernel (the study's Table II)"
@@ -245,7 +246,7 @@ def gpu_experiments_figure(rows: Sequence[dict], source: str) -> go.Figure:
 
     Args:
         rows: rows of :func:`helpers.experiments.memory_access.measure` (live or from results/).
-        source: where they were measured (GPU and date), shown in the title.
+        source: where they were measured (GPU, driver and date), shown in the title.
     """
     from plotly.subplots import make_subplots
 

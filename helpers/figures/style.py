@@ -21,6 +21,8 @@ COLORS = {
     "numpy": "#E69F00",
     "torch": "#0072B2",
     "numba": "#009E73",
+    "numba-tiled": "#009E73",
+    "numba-naive": "#D55E00",
     "cublas": "#0072B2",
     "reference": "#0072B2",
     "direct-naive": "#D55E00",

@@ -1,0 +1,273 @@
+"""A recorded GPU run, end to end: every reader of results/ and every notebook cell that shows
+recorded GPU data, on a synthetic results folder (tests/synthetic_results.py; never committed).
+
+The readers must return the synthetic rows; executed with ``WORKBOOK_RESULTS`` pointing at the
+folder, each notebook cell that says "nothing recorded in results/ yet" without a recording must
+instead show the recorded GPU (its name, driver and date) in its text or in its chart, and the
+study's number beside ours where the study has one.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+from helpers import results
+from helpers.device import backend
+from helpers.experiments import (
+    conv_bench,
+    hotspots,
+    kernel_resources,
+    memory_access,
+    sweep,
+    throughput,
+    training_throughput,
+    transfers,
+)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from synthetic_results import DATE, DRIVER, GPU_NAME, make_synthetic_results  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("synthetic_results")
+    make_synthetic_results(folder)
+    return folder
+
+
+@pytest.fixture
+def in_results(synthetic, monkeypatch) -> pathlib.Path:
+    """The synthetic folder as the readers' default results/."""
+    monkeypatch.setattr(results, "RESULTS_DIR", synthetic)
+    return synthetic
+
+
+# ------------------------------------------------------------------------- the folder itself
+
+
+def test_every_dataset_is_marked_synthetic_and_names_its_gpu(synthetic):
+    metas = [json.loads(p.read_text()) for p in sorted(synthetic.glob("*.json"))]
+    assert len(metas) == 13
+    for meta in metas:
+        assert meta["synthetic"] is True and meta["date"] == DATE
+        env = meta["environment"]
+        assert env["gpu_name"] == GPU_NAME and env["driver_version"] == DRIVER
+        assert env["gpu_peak_fp32_flops"] > 0 and env["gpu_peak_bandwidth_bytes_s"] > 0
+        assert (synthetic / f"{meta['name']}.csv").is_file()
+
+
+def _numbers(rows):
+    return [v for r in rows for v in r.values()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _check(rec, fields=None, at_least=1):
+    """A Recorded with synthetic GPU rows: labelled with the GPU, driver and date; the fields
+    of the recording module; numbers positive."""
+    assert rec, rec.note
+    assert len(rec.rows) >= at_least
+    assert GPU_NAME in rec.note and DRIVER in rec.note and DATE[:10] in rec.note
+    for r in rec.rows:
+        assert r["source"] == "reference"
+        assert GPU_NAME in str(r["device"]) and DRIVER in str(r["device"])
+        if fields:
+            assert set(fields) <= set(r), set(fields) - set(r)
+    assert all(v >= 0 for v in _numbers(rec.rows))
+
+
+# --------------------------------------------------------------------------------- (a) readers
+
+
+def test_throughput_reader(in_results):
+    rec = throughput.recorded()
+    _check(rec, at_least=50)
+    assert {r["device_kind"] for r in rec.rows} == {"cuda"}  # the CPU rows are left out
+    gemm = {(r["backend"], r["size"]) for r in rec.rows
+            if r["experiment"] == "gemm" and r["dtype"] == "float32"}
+    assert {("torch", 4096), ("numba-tiled", 4096), ("numba-naive", 4096)} <= gemm
+    assert len([r for r in rec.rows if r["experiment"] == "table1-gemm"]) == 5
+    assert all(r["gflop_s"] > 0 for r in rec.rows if r["experiment"] != "elementwise")
+    assert throughput.recorded(op="relu", dtype="float32").rows
+    # the datasheet peaks of the recorded GPU reach the chart's lines and roofs
+    assert any(GPU_NAME in label for label, _ in throughput.bandwidth_peaks(rec))
+    assert any(GPU_NAME in roof[0] for roof in throughput.rooflines(rec))
+
+
+def test_conv_bench_reader(in_results):
+    rec = conv_bench.recorded()
+    _check(rec, conv_bench.FIELDS, at_least=40)
+    _, groups = conv_bench.recorded_by_gpu(("fft", "reference"))
+    assert sorted(b for _, b in groups) == [1, 128]
+    assert all(r["strategy"] in ("fft", "reference") for g in groups.values() for r in g)
+
+
+def test_sweep_reader(in_results):
+    rec = sweep.recorded(status="ok")
+    _check(rec, sweep.FIELDS, at_least=200)
+    assert {r["sweep"] for r in rec.rows} >= {"batch", "input", "filters", "kernel", "stride",
+                                              "table1"}
+    assert any(f["agrees"] is not None for f in sweep.findings(rec.rows))
+
+
+def test_hotspots_reader(synthetic):
+    rec = hotspots.recorded(directory=synthetic)
+    assert rec and [p.model for p in rec.profiles] == ["alexnet", "googlenet", "vgg16", "overfeat"]
+    assert GPU_NAME in rec.note and DRIVER in rec.note
+    for p in rec.profiles:
+        assert p.source == "reference" and p.date == DATE[:10] and GPU_NAME in p.device_label
+        assert sum(p.shares.values()) == pytest.approx(1.0)
+        assert p.batch == 64 and p.iterations == 10
+
+
+def test_kernel_resources_reader(synthetic):
+    rec = kernel_resources.recorded(synthetic)
+    _check(rec, at_least=10)
+    assert all(r["occupancy_pct"] > 0 and r["regs_per_thread"] > 0 for r in rec.rows)
+
+
+def test_memory_access_reader(synthetic):
+    rec = memory_access.recorded(synthetic)
+    _check(rec, at_least=11)
+    assert {r["experiment"] for r in rec.rows} == {"coalescing", "transpose", "divergence"}
+    assert all(r["gb_s"] is None for r in rec.rows if r["experiment"] == "divergence")
+    assert all(r["gb_s"] > 0 for r in rec.rows if r["experiment"] != "divergence")
+
+
+@pytest.mark.parametrize("experiment", transfers.EXPERIMENTS)
+def test_transfers_reader(synthetic, experiment):
+    fields = {"bandwidth": transfers.BANDWIDTH_FIELDS, "overlap": transfers.OVERLAP_FIELDS,
+              "share": transfers.SHARE_FIELDS, "timeline": transfers.TIMELINE_FIELDS}[experiment]
+    rec = transfers.recorded(experiment, synthetic)
+    _check(rec, fields, at_least=5)
+    assert {r["experiment"] for r in rec.rows} == {experiment}
+
+
+@pytest.mark.parametrize("experiment", training_throughput.EXPERIMENTS)
+def test_training_reader(synthetic, experiment):
+    rec = training_throughput.recorded(experiment, directory=synthetic)
+    assert rec, rec.note
+    assert GPU_NAME in rec.note and DRIVER in rec.note
+    assert all(GPU_NAME in r["machine"] for r in rec.rows)
+    if experiment != "utilisation_trace":
+        assert all(set(training_throughput.ROW_KEYS) <= set(r) for r in rec.rows)
+        assert all(r["images_per_s"] > 0 for r in rec.rows)
+    else:
+        assert all(r["gpu_util"] > 0 and r["t_s"] > 0 for r in rec.rows)
+
+
+def test_training_reader_keeps_the_cpu_beside_the_gpu(synthetic):
+    rec = training_throughput.recorded("depth", gpu_only=False, directory=synthetic)
+    kinds = {r["device_kind"] for r in rec.rows}
+    assert kinds == {"cpu", "cuda"}
+    table = training_throughput.speedup_table(rec.rows)
+    assert table and all(e["speedup"] > 1 for e in table)
+
+
+# ------------------------------------------------------------------------ (b) the notebooks
+
+#: The cells that show recorded GPU data, by a stable piece of their source; without a
+#: recording each says "nothing recorded in results/ yet" or draws an empty chart. With one, each
+#: shows the GPU, its driver and the date; where the study (or the V100 review) has a number for
+#: the same experiment, the cell also shows it, labelled "then, ...", beside ours ("now, ...").
+CELLS: dict[str, list[tuple[str, str | None]]] = {
+    "01_cpu_vs_gpu_throughput": [
+        ("references = (throughput.recorded()", None),
+    ],
+    "02_hotspot_layers": [
+        ("recorded = hotspots.recorded()", "then, K40c"),
+    ],
+    "03_direct_convolution": [
+        ('conv_bench.recorded_by_gpu(("direct-naive"', None),
+    ],
+    "04_unrolling_im2col_gemm": [
+        ('conv_bench.recorded_by_gpu(("reference", "im2col-gemm"', None),
+    ],
+    "05_fft_convolution": [
+        ('conv_bench.recorded_by_gpu(("fft"', "then, K40c"),
+    ],
+    "06_head_to_head": [
+        ("gpu_runs = sweep.recorded(", None),
+        ("# The same on a GPU: live if this machine has one", None),
+        ("findings_table(sweep.findings(cpu_rows)", "then, K40c"),
+    ],
+    "07_inside_the_gpu": [
+        ("recorded = kernel_resources.recorded()", None),
+        ("nb07_inside_the_gpu.table2_figure(", "then, K40c"),
+        ("recorded = memory_access.recorded()", "then, K40c"),
+        ("nb07_inside_the_gpu.gpu_experiments_figure(", None),
+    ],
+    "08_data_transfers": [
+        ("transfers.copy_bandwidth(transfers.DEFAULT_SIZES", None),
+        ("nb08_transfers.transfer_bandwidth_figure(", None),
+        ('saved_overlaps = transfers.recorded("overlap")', None),
+        ("nb08_transfers.overlap_times_figure(", None),
+        ("def timeline_for(name):", None),
+        ('saved_shares = transfers.recorded("share")', "then, K40c"),
+        ('title="Measured share of copies', None),
+    ],
+    "09_training_throughput": [
+        ('recorded_batch = training_throughput.recorded("batch")', None),
+        ('recorded_workers = training_throughput.recorded("workers")', "then, V100"),
+        ('recorded_trace = training_throughput.recorded("utilisation_trace")', "then, V100"),
+        ('recorded_depth = training_throughput.recorded("depth"', "then, V100"),
+        ('recorded_prec = training_throughput.recorded("precision")', None),
+    ],
+}
+
+#: What a cell shows when nothing is recorded.
+PLACEHOLDERS = ("nothing recorded in results/ yet", "in results/ yet")
+
+
+def _output_text(cell) -> str:
+    """Everything a cell shows: stream text, plain text, HTML, and plotly figures' JSON."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if "text" in out:
+            parts.append("".join(out["text"]))
+        for mime, data in out.get("data", {}).items():
+            if mime.startswith("text/") or mime.endswith("json"):
+                parts.append(data if isinstance(data, str)
+                             else "".join(data) if isinstance(data, list) else json.dumps(data))
+        if out.get("output_type") == "error":
+            parts.append("ERROR " + out.get("ename", "") + ": " + out.get("evalue", ""))
+    return "\n".join(parts)
+
+
+def test_every_listed_notebook_exists():
+    for name in CELLS:
+        assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), name
+
+
+@pytest.mark.skipif(backend.MODE == "gpu",
+                    reason="on a GPU the notebooks measure live instead of reading results/")
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_notebook_draws_the_recorded_gpu(name, synthetic, tmp_path, monkeypatch):
+    import nbformat
+
+    from tools import run_notebooks
+
+    monkeypatch.setenv("WORKBOOK_RESULTS", str(synthetic))  # the kernel inherits it
+    ok, seconds, error = run_notebooks.run_notebook(ROOT / "notebooks" / f"{name}.ipynb",
+                                                    tmp_path, timeout=600)
+    assert ok, f"{name} failed after {seconds:.0f} s: {error}"
+    nb = nbformat.read(tmp_path / f"{name}.ipynb", as_version=4)
+    problems = []
+    for piece, then in CELLS[name]:
+        cells = [c for c in nb.cells if c.cell_type == "code" and piece in c.source]
+        if len(cells) != 1:
+            problems.append(f"{len(cells)} code cells contain {piece!r}")
+            continue
+        shown = _output_text(cells[0])
+        for what in (GPU_NAME, DRIVER, DATE[:10]) + ((then, "now, ") if then else ()):
+            if what not in shown:
+                problems.append(f"cell with {piece!r} does not show {what!r}: {shown[:300]!r}")
+        for placeholder in PLACEHOLDERS:
+            if placeholder in shown:
+                problems.append(f"cell with {piece!r} still says {placeholder!r}")
+    assert not problems, "\n".join(problems)
