@@ -87,7 +87,7 @@ PARTS: tuple[Part, ...] = (
          ("--quick", "--batch", "2", "--device", "cpu", "--save", *_OUT, *_LIMIT), 150),
     Part("conv-b1", "Table I, every strategy, forward and forward+backward, batch 1",
          "conv_bench", ("--batch", "1", "--device", "cuda", "--save", *_OUT, *_LIMIT),
-         ("--quick", "--batch", "1", "--device", "cpu", "--save", *_OUT, *_LIMIT), 45),
+         ("--quick", "--batch", "1", "--device", "cpu", "--save", *_OUT, *_LIMIT), 60),
     Part("kernel-resources", "notebook 07: our kernels' registers, shared memory, occupancy",
          "kernel_resources", ("--save", *_OUT), ("--save", *_OUT), 30, gpu_only=True,
          time_limited=False),
@@ -127,6 +127,15 @@ def gpu_refusal() -> str | None:
         return None
     return (f"make gpu-reference needs an NVIDIA GPU that Numba can use; here: "
             f"{backend.MODE_REASON}. Try the same path on this machine with --dry-run.")
+
+
+def _numba_refusal() -> str | None:
+    """On a GPU, why Numba cannot compile and launch a kernel there (a driver older than its
+    PTX, NVVM missing...: :func:`helpers.device.backend.ptx_check`), or None. Checked once, in
+    seconds, before any part: else each part that launches our kernels fails on its own."""
+    problem = backend.ptx_check()
+    return None if problem is None else (
+        f"make gpu-reference stopped before any part: {problem}")
 
 
 def _device_slug(dry_run: bool) -> str:
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'total':<18}{sum(p.budget_s for p in PARTS):>5.0f} s")
         return 0
     if not args.dry_run:
-        reason = gpu_refusal()
+        reason = gpu_refusal() or _numba_refusal()
         if reason:
             print(reason, file=sys.stderr)
             return 2

@@ -228,8 +228,9 @@ def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, dev
 
     Returns:
         ``(profiles, skipped)``: the :class:`HotspotProfile` of each network measured, in
-        order, and ``(model_name, status)`` for each not started, status
-        ``"skipped: time limit of T s reached"``.
+        order, and ``(model_name, status)`` for each not measured, status
+        ``"skipped: time limit of T s reached"`` for one not started, ``"failed: ..."`` for
+        one whose run raised anything but a ValueError.
 
     Raises:
         ValueError: as :func:`measure` (a bad argument or a refused run).
@@ -242,8 +243,14 @@ def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, dev
         if verbose:
             print(f"profiling {MODELS[model_name]}: batch {batch}, input {size} px, {warmup} "
                   f"warm-up + {iterations} iterations on {device}...", flush=True)
-        profiles.append(measure(model_name, batch, size, iterations, device, warmup,
-                                budget_s=budget_s, threads=threads))
+        try:
+            profiles.append(measure(model_name, batch, size, iterations, device, warmup,
+                                    budget_s=budget_s, threads=threads))
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (an out-of-memory, a CUDA or profiler error:
+            # this network is not measured, the others still are, and are saved)
+            skipped.append((model_name, f"failed: {type(exc).__name__}: {exc}"))
     return profiles, skipped
 
 

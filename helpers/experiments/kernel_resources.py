@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from numba import cuda
 
+from helpers import elementwise as ew
 from helpers import occupancy, results
 from helpers.conv import config_for, direct, gemm, unroll
 from helpers.device import backend
@@ -63,6 +64,11 @@ def _launch_every_kernel() -> None:
     a = rng.standard_normal((20, 12), dtype=np.float32)
     gemm.gemm(a, a.T.copy(), "naive")
     gemm.gemm(a, a.T.copy(), "tiled")
+    v = rng.standard_normal(64, dtype=np.float32)  # notebook 01's kernels, through its wrappers
+    ew.relu(v)
+    ew.relu(v, grid_stride_blocks=1)
+    ew.saxpy(2.0, v, v)
+    ew.thread_map(64, 32)
     explain_coalescing(strides=(1,), warps=1)
     explain_banks(rows=32, cols=32)   # both transpose kernels
     explain_divergence(n=64, iters=1)

@@ -186,7 +186,9 @@ def _memory_needed(cfg: ConvConfig, strategy: str, backward: bool) -> int:
 def _memory_available(device: str) -> int:
     if device == "cuda" and backend.MODE == "gpu":
         free, _ = torch.cuda.mem_get_info()
-        return int(free)
+        # what torch's caching allocator keeps from earlier points but no tensor uses is free to
+        # this process too (the driver counts it as used)
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
     return host.ram_available_bytes()
 
 
@@ -261,33 +263,61 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     if time_up(deadline):
         row["status"] = time_limit_status(time_limit)
         return row
-    reason = refusal(cfg, strategy, device, backward, budget_s)
+    try:  # reads the device's free memory: fails once a point left a sticky CUDA error
+        reason = refusal(cfg, strategy, device, backward, budget_s)
+    except Exception as exc:  # noqa: BLE001
+        reason = f"failed: {type(exc).__name__}: {exc}"
     if reason is None and device == "cuda":
         reason = simulator_refusal(strat, cfg, backward)
     if reason:
         row["status"] = reason
         return row
-    rng = np.random.default_rng(seed)
-    where = torch.device("cuda") if device == "cuda" else torch.device("cpu")
-    x, w, dy = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(where)
-                for shape in (cfg.x_shape, cfg.w_shape, cfg.y_shape))
     stride, padding = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
+    x = w = dy = None
 
     def call():
         conv2d(x, w, stride, padding, strategy, device)
         if backward:
             conv2d_backward(x, w, dy, stride, padding, strategy, device)
 
+    failure = None
     try:
+        x, w, dy = _random_inputs(cfg, backward, seed, device)
         t = timing.benchmark(call, device=device, label=strategy, min_run_time=min_run_time)
         if measure_memory:
             row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
-    except (ValueError, RuntimeError, MemoryError) as exc:
-        row["status"] = f"failed: {type(exc).__name__}: {exc}"
+    # any error (torch's, or a Numba CUDA driver error, which is no RuntimeError) fails this
+    # row only: the other points of a recording run are still measured and saved
+    except Exception as exc:  # noqa: BLE001
+        failure = f"failed: {type(exc).__name__}: {exc}"
+    if failure is not None:
+        row["status"] = failure
+        x = w = dy = None
+        if device == "cuda":  # hand the failed point's cached blocks back (after an OOM, say)
+            try:
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001  (a sticky CUDA error: the row says it already)
+                pass
         return row
     row.update(median_ms=t.median_ms, iqr_ms=t.iqr_s * 1e3,
                gflop_per_s=row["flops"] / t.median_s / 1e9)
     return row
+
+
+def _random_inputs(cfg: ConvConfig, backward: bool, seed: int, device: str):
+    """Standard-normal float32 x, w and (with ``backward``, else None) dy on ``device``.
+
+    On a GPU they are drawn there by torch's generator: NumPy would draw them on the host at
+    about 10 ns a value, a second or more per point of the paper sweep (dy alone is up to
+    4.6e8 values), longer than most measurements. On the CPU, NumPy's generator."""
+    shapes = [cfg.x_shape, cfg.w_shape] + ([cfg.y_shape] if backward else [])
+    if device == "cuda":
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        drawn = [torch.randn(s, generator=gen, device="cuda") for s in shapes]
+    else:
+        rng = np.random.default_rng(seed)
+        drawn = [torch.from_numpy(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+    return (*drawn, None) if not backward else tuple(drawn)
 
 
 def run_preset(preset: str | Preset, devices: list[str] | None = None,
@@ -317,14 +347,33 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
     for d in devs:
         if d not in DEVICES:
             raise ValueError(f"device must be 'cpu' or 'cuda', got {d!r}")
-    jobs = [(p, n, d) for p in preset.points() for n in names for d in devs]
-    rows = []
-    for point, name, device in progress_bar(jobs, desc=f"sweep {preset.name}", unit=" runs",
-                                            disable=not progress):
+    points = preset.points()
+    jobs = [(p, n, d) for p in points for n in names for d in devs]
+    rows: list[dict] = [{} for _ in jobs]
+    level = _coarse_to_fine(points)
+    order = sorted(range(len(jobs)), key=lambda j: level[j // (len(names) * len(devs))])
+    for j in progress_bar(order, desc=f"sweep {preset.name}", unit=" runs",
+                          disable=not progress):
+        point, name, device = jobs[j]
         base = {"preset": preset.name, **point.fields()}
-        rows.append({**base, **measure(point.cfg, name, device, True, min_run_time, True,
-                                       budget_s, deadline=deadline, time_limit=time_limit)})
+        rows[j] = {**base, **measure(point.cfg, name, device, True, min_run_time, True,
+                                     budget_s, deadline=deadline, time_limit=time_limit)}
     return [{k: r[k] for k in FIELDS} for r in rows]
+
+
+def _coarse_to_fine(points: list[SweepPoint]) -> list[int]:
+    """The pass in which each point is measured: 0 for Table I's layers and every fourth point of
+    each sweep (its first and last included), 1 for the other even ones, 2 for the rest. Run in
+    that order, a time limit leaves every sweep a coarser curve instead of cutting the last
+    sweeps (kernel size, stride, Table I) entirely; the rows keep the points' order."""
+    seen: dict[str, int] = {}
+    last = {p.sweep: i for i, p in enumerate(points)}
+    out = []
+    for i, p in enumerate(points):
+        k = seen[p.sweep] = seen.get(p.sweep, -1) + 1
+        out.append(0 if p.sweep == "table1" or k % 4 == 0 or i == last[p.sweep]
+                   else 1 if k % 2 == 0 else 2)
+    return out
 
 
 def estimate(cfg: ConvConfig, strategy: str, device: str, backward: bool = True) -> float:

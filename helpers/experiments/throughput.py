@@ -293,10 +293,17 @@ def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str
                     bar.update()
                     continue
                 check_sizes(experiment, op, n, n, dtype, device)
-                call = (_elementwise_call(op, name, n, dtype, device) if experiment == "elementwise"
-                        else _gemm_call(name, n, dtype, device))
-                t = benchmark(call, device=device, label=f"{name} {op} n={n}",
-                              min_run_time=min_run_time)
+                try:
+                    call = (_elementwise_call(op, name, n, dtype, device)
+                            if experiment == "elementwise" else _gemm_call(name, n, dtype, device))
+                    t = benchmark(call, device=device, label=f"{name} {op} n={n}",
+                                  min_run_time=min_run_time)
+                except Exception as exc:  # noqa: BLE001  (a Numba compile or CUDA driver error,
+                    # an out-of-memory: this point fails, the others are still measured and saved)
+                    rows.append(_row(experiment, op, name, device, dtype, n,
+                                     status=f"failed: {type(exc).__name__}: {exc}"))
+                    bar.update()
+                    continue
                 rows.append(_row(experiment, op, name, device, dtype, n, t))
                 last = (n, t.median_s)
                 del call
@@ -457,9 +464,14 @@ def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2, *,
         if time_up(deadline):
             rows.append(row)
             continue
-        a = torch.randn(g.m, g.k, device="cuda", dtype=_torch_dtype(dtype))
-        b = torch.randn(g.k, g.n, device="cuda", dtype=_torch_dtype(dtype))
-        t = benchmark(torch.matmul, a, b, device="cuda", label=g.name, min_run_time=min_run_time)
+        try:
+            a = torch.randn(g.m, g.k, device="cuda", dtype=_torch_dtype(dtype))
+            b = torch.randn(g.k, g.n, device="cuda", dtype=_torch_dtype(dtype))
+            t = benchmark(torch.matmul, a, b, device="cuda", label=g.name,
+                          min_run_time=min_run_time)
+        except Exception as exc:  # noqa: BLE001  (this GEMM fails, not the recording)
+            rows.append(dict(row, status=f"failed: {type(exc).__name__}: {exc}"))
+            continue
         rows.append(dict(
             row, median_s=t.median_s, iqr_s=t.iqr_s, min_s=t.min_s, max_s=t.max_s,
             repeats=t.repeats, gb_s=g.min_bytes / t.median_s / 1e9,

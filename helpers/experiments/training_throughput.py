@@ -307,13 +307,20 @@ def _skipped_row(status: str, **kw) -> dict:
 def _points(jobs: list[dict], progress: bool, desc: str, *, deadline: float | None = None,
             time_limit: float | None = None, **common) -> list[dict]:
     """:func:`measure` each job (its settings over ``common``); once ``deadline`` (a
-    :func:`time.monotonic` value) has passed, each job left gets a skipped row instead."""
+    :func:`time.monotonic` value) has passed, each job left gets a skipped row instead, and a
+    job that raises (anything but a ValueError or DatasetUnavailable) a ``failed: ...`` row."""
     rows = []
     for job in progress_bar(jobs, desc=desc, unit=" points", disable=not progress, leave=False):
         if time_up(deadline):
             rows.append(_skipped_row(time_limit_status(time_limit), **{**common, **job}))
-        else:
+            continue
+        try:
             rows.append(measure(**{**common, **job}))
+        except (ValueError, datasets.DatasetUnavailable):
+            raise
+        except Exception as exc:  # noqa: BLE001  (an out-of-memory, a CUDA error, a worker
+            # killed for want of shared memory: this point fails, the others are still saved)
+            rows.append(_skipped_row(f"failed: {type(exc).__name__}: {exc}", **{**common, **job}))
     return rows
 
 
