@@ -170,6 +170,17 @@ def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
 # ---------------------------------------------------------------------------------------- GPU
 
 
+def _nvml_index() -> int:
+    """NVML's index of the current CUDA device: NVML numbers every GPU of the machine, CUDA
+    only those CUDA_VISIBLE_DEVICES shows (a leased GPU may be CUDA's 0 and NVML's 3)."""
+    import torch
+
+    try:
+        return torch.cuda._get_nvml_device_index(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001  (a private torch helper: fall back to CUDA's index)
+        return torch.cuda.current_device()
+
+
 def _gpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
     import torch
 
@@ -181,7 +192,7 @@ def _gpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index())
         sampler = _Sampler(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used, interval_s)
         device_base = sampler.peak
         sampler.start()
