@@ -172,7 +172,7 @@ def _cpu_peak(fn, args, kwargs, label, interval_s) -> MemoryResult:
 
 def _nvml_index() -> int:
     """NVML's index of the current CUDA device: NVML numbers every GPU of the machine, CUDA
-    only those CUDA_VISIBLE_DEVICES shows (a leased GPU may be CUDA's 0 and NVML's 3)."""
+    only those CUDA_VISIBLE_DEVICES shows (a shared server's GPU may be CUDA's 0 and NVML's 3)."""
     import torch
 
     try:
