@@ -1,6 +1,6 @@
 """The study's numbers as data: Table I's layers (and the GEMMs they become under im2col),
-Figure 2's convolution shares, Figure 3's kernel-size finding, Figure 4's GEMM shares, Table II,
-Figure 6 and Figure 7.
+Figure 2's convolution shares, Figure 3's kernel-size finding, Figure 4's GEMM shares, Figure 5's
+memory ranges, Table II, Figure 6 and Figure 7.
 
 Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters,
 kernel height = width, stride); in kernels, the cuDNN paper's N, C, H, W, K, R, S, P, Q.
@@ -20,7 +20,8 @@ import dataclasses
 
 from helpers.conv.config import ConvConfig
 
-__all__ = ["TABLE_I", "STUDY_FIGURE2", "STUDY_FIGURE3_KERNEL", "STUDY_TABLE_II", "STUDY_FIGURE_6",
+__all__ = ["TABLE_I", "STUDY_FIGURE2", "STUDY_FIGURE3_KERNEL", "STUDY_FIGURE_5_MB",
+           "STUDY_TABLE_II", "STUDY_FIGURE_6",
            "STUDY_FIGURE4_GEMM_SHARE", "STUDY_FIGURE_7", "GemmShape",
            "im2col_gemm"]
 
@@ -81,16 +82,26 @@ def im2col_gemm(layer: ConvConfig, itemsize: int = 4) -> GemmShape:
 
 
 #: The study's Figure 2: share of 10 training iterations (forward + backward) spent in
-#: convolution layers, on a Tesla K40c (Section IV-A). Reported, not measured here.
-STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "vgg16": 0.90,
-                                   "overfeat": 0.94}
+#: convolution layers, on a Tesla K40c (Section IV-A). The text lists "AlexNet, GoogleNet,
+#: OverFeat and VGG" and gives "86%, 89%, 90% and 94% respectively". Reported, not measured here.
+STUDY_FIGURE2: dict[str, float] = {"alexnet": 0.86, "googlenet": 0.89, "overfeat": 0.90,
+                                   "vgg16": 0.94}
 
 #: The study's Figure 3 (d) (Section IV-B): the kernel-size sweep around (64, 128, 64, 11, 1) on
-#: the K40c, forward + backward: how many times faster the winner was, as (lowest, highest).
-#: Reported, not measured here.
+#: the K40c (a layer's total runtime averaged over 10 iterations; the study does not split it
+#: into passes): how many times faster the winner was, as (lowest, highest). Reported, not
+#: measured here.
 STUDY_FIGURE3_KERNEL: dict[str, tuple[float, float]] = {
     "fbfft faster than cuDNN, kernels above 7 x 7": (1.15, 19.0),
     "cuDNN faster than fbfft, kernels below 7 x 7": (1.21, 2.62),
+}
+
+#: The study's Figure 5 (Section V-B): the range of peak GPU memory (MB, from nvidia-smi on the
+#: K40c) each implementation used over all the sweeps, as its text reports it (none for
+#: Theano-fft). Reported, not measured here.
+STUDY_FIGURE_5_MB: dict[str, tuple[int, int]] = {
+    "cuda-convnet2": (125, 2076), "Torch-cunn": (170, 2093), "cuDNN": (155, 3810),
+    "Caffe": (136, 3809), "Theano-CorrMM": (130, 3709), "fbfft": (1632, 10866),
 }
 
 #: The study's Table II (K40c, CUDA 7.5, nvprof; Section V-C): registers per thread and shared
@@ -112,7 +123,10 @@ STUDY_TABLE_II: list[dict] = [
 STUDY_FIGURE_6: dict[str, str] = {
     "achieved occupancy": "mostly under 30 %; cuda-convnet2 14-22 % (116 registers per thread: "
                           "17 active warps of 64)",
-    "global load efficiency": "under 20 % for the implementations measured",
+    "global load efficiency": "under 20 % for most implementations; Theano-CorrMM 11.64-15.79 %",
+    "global store efficiency": "under 60 % for most implementations",
+    "shared memory efficiency": "lowest for Theano-fft (8.16-20 %); cuDNN over 130 % in most "
+                                "cases",
     "warp execution efficiency": "above 97 %, except Theano-fft (66-81 %)",
 }
 

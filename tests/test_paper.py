@@ -133,3 +133,18 @@ def test_square_gemm_intensity_is_n_over_6_in_float32():
 def test_layers_are_immutable():
     with pytest.raises(AttributeError):
         TABLE_I[0].n = 1  # type: ignore[misc]
+
+
+def test_figure2_pairs_the_shares_with_the_networks_in_the_texts_order():
+    # Section IV-A lists "AlexNet, GoogleNet, OverFeat and VGG" and gives "86%, 89%, 90% and 94%
+    # respectively"; the caption of Figure 2 lists them in another order, which must not be used.
+    from helpers.paper import STUDY_FIGURE2
+    assert STUDY_FIGURE2 == {"alexnet": 0.86, "googlenet": 0.89, "overfeat": 0.90, "vgg16": 0.94}
+
+
+def test_figure5_memory_ranges_order_as_the_study_reads_them():
+    from helpers.paper import STUDY_FIGURE_5_MB as mb
+    assert all(lo < hi for lo, hi in mb.values())
+    assert min(mb, key=lambda n: mb[n][1]) == "cuda-convnet2"   # "the lowest consumption"
+    assert max(mb, key=lambda n: mb[n][1]) == "fbfft"           # FFT "the highest"
+    assert sorted(mb, key=lambda n: mb[n][1])[1] == "Torch-cunn"  # "followed closely"
