@@ -6,7 +6,9 @@ reads is what runs.
 
 from __future__ import annotations
 
+import html
 import inspect
+import re
 import textwrap
 import warnings
 
@@ -24,6 +26,8 @@ __all__ = [
     "setup",
     "source_of",
     "show_source",
+    "reveal",
+    "reveal_html",
 ]
 
 #: The workbook's public GitHub repository, "OWNER/REPO". A PLACEHOLDER: set it when publishing,
@@ -110,3 +114,50 @@ def show_source(*objs) -> None:
     """Display the source of each object, syntax-highlighted."""
     display(Code("\n\n".join(source_of(o) for o in objs), language="python"))
 
+
+
+def _inline(text: str) -> str:
+    """Escape ``text`` as HTML, then turn ``**bold**`` and ```code``` marks into tags."""
+    text = html.escape(text)
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+
+
+def reveal_html(answer: str, why: str = "", guess: str | None = None,
+                summary: str = "Answer: open when you have made your prediction") -> str:
+    """The HTML of :func:`reveal`: a closed ``<details>`` element. Paragraphs of ``answer`` and
+    ``why`` are separated by blank lines; ``**bold**`` and ```code``` are kept."""
+    parts = []
+    if guess:
+        parts.append(f"<p>Your prediction: <b>{html.escape(str(guess))}</b>.</p>")
+    for block in (answer, why):
+        for paragraph in (p.strip() for p in block.split("\n\n")):
+            if paragraph:
+                parts.append(f"<p>{_inline(' '.join(paragraph.split()))}</p>")
+    return (f"<details style='margin:0.4em 0;padding:0.4em 0.6em;border-left:4px solid #1f77b4'>"
+            f"<summary style='cursor:pointer'><b>{html.escape(summary)}</b></summary>"
+            f"{''.join(parts)}</details>")
+
+
+def reveal(answer: str, why: str = "", guess: str | None = None,
+           summary: str = "Answer: open when you have made your prediction") -> None:
+    """Show the answer to a prediction, folded until the reader opens it.
+
+    Notebooks ask the learner to predict a measurement, run it, then call this with an answer
+    worked out from the numbers just measured (so it holds on any machine) and ``why``, the
+    explanation of a likely miss. In JupyterLab, Colab and the book the text is hidden in a
+    ``<details>`` element until clicked; plain-text front ends get the text after a heading.
+
+    Args:
+        answer: what the measurement shows, as text (blank lines separate paragraphs).
+        why: why it comes out that way, and what a wrong prediction missed.
+        guess: the learner's prediction, if the notebook asked for one in a variable; echoed.
+        summary: the line shown while the answer is folded.
+    """
+    plain = [summary.split(":")[0] + ":"]
+    if guess:
+        plain.append(f"Your prediction: {guess}.")
+    plain += [" ".join(re.sub(r"\*\*|`", "", p).split()) for block in (answer, why)
+              for p in block.split("\n\n") if p.strip()]
+    display({"text/html": reveal_html(answer, why, guess, summary),
+             "text/plain": "\n".join(plain)}, raw=True)

@@ -1,0 +1,137 @@
+"""Explorers leave a static copy of their charts (for readers without a kernel), and
+``helpers.notebook.reveal`` folds the answer to a prediction until the reader opens it."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda is imported)
+import pathlib
+
+import nbformat
+import plotly.graph_objects as go
+import pytest
+
+from helpers import notebook, widgets
+from helpers.widgets import live as live_module
+from helpers.device import timing
+from tools import book
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+SMALL_CONV = dict(b=1, i=16, f=8, k=3, s=1, c=3, padding=0, device="cpu", min_run_time=0.005,
+                  strategies=["im2col-gemm", "fft"], use_figurewidget=False)
+
+
+def _displayed(monkeypatch, module) -> list:
+    """Replace ``display`` in ``module`` and return the list it appends to."""
+    shown: list = []
+    monkeypatch.setattr(module, "display", lambda obj, raw=False: shown.append(obj))
+    return shown
+
+
+@pytest.mark.parametrize("make", [
+    lambda: widgets.ConvExplorer(**SMALL_CONV),
+    lambda: widgets.OccupancyExplorer(use_figurewidget=False),
+    lambda: widgets.ThroughputExplorer(size_range=(1_000, 10_000), min_run_time=0.005,
+                                       use_figurewidget=False,
+                                       reference_prefix="__no_reference_results__"),
+], ids=["conv", "occupancy", "throughput"])
+def test_displaying_an_explorer_leaves_a_static_copy_of_each_chart(make, monkeypatch):
+    explorer = make()
+    shown = _displayed(monkeypatch, live_module)
+    explorer._ipython_display_()
+    assert shown[0] is explorer.widget
+    note, figures = shown[1], shown[2:]
+    assert explorer.made_on and explorer.made_on in note["text/plain"]
+    live = [chart.figure for chart in explorer.live_charts()]
+    assert len(figures) == len(live) >= 1
+    for copy, chart in zip(figures, live):
+        assert isinstance(copy, go.Figure)
+        assert copy.layout.title.text.startswith("Static copy")
+        assert chart.layout.title.text in copy.layout.title.text
+        assert [t.name for t in copy.data] == [t.name for t in chart.data]
+        # a copy: changing it leaves the live chart alone
+        copy.update_layout(title_text="changed")
+        assert chart.layout.title.text != "changed"
+
+
+def test_the_conv_explorer_says_which_device_measured():
+    explorer = widgets.ConvExplorer(**SMALL_CONV)
+    assert explorer.made_on == f"measured on {timing.device_label('cpu')}"
+
+
+def test_the_occupancy_explorer_says_it_calculated():
+    explorer = widgets.OccupancyExplorer(gpu="K40c", use_figurewidget=False)
+    assert "K40c" in explorer.made_on and "not measured" in explorer.made_on
+
+
+def test_a_message_in_place_of_the_charts_is_what_the_copy_shows():
+    explorer = widgets.ConvExplorer(**SMALL_CONV)
+    explorer.set(i=8, k=15)  # a kernel larger than the input: an invalid layer
+    assert explorer.body.children[0] is explorer.message
+    figures = explorer.snapshot_figures()
+    assert len(figures) == 1
+    text = " ".join(a.text for a in figures[0].layout.annotations)
+    assert "kernel" in text.lower() and "Static copy" not in text
+
+
+def test_every_explorer_in_the_notebooks_stores_a_static_chart():
+    """The stored outputs (and so the book) show each explorer's default charts."""
+    found = 0
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "code" or "Explorer(" not in cell.source:
+                continue
+            mimes = [set(o.get("data", {})) for o in cell.outputs]
+            widget_at = [i for i, m in enumerate(mimes) if book.WIDGET_MIME in m]
+            if not widget_at:
+                continue
+            found += 1
+            after = [m for m in mimes[widget_at[0] + 1:] if book.PLOTLY_MIME in m]
+            assert after, f"{path.name}: the explorer cell stores no static chart"
+            titles = [o["data"][book.PLOTLY_MIME]["layout"].get("title", {}).get("text", "")
+                      for o in cell.outputs if book.PLOTLY_MIME in o.get("data", {})]
+            assert all(t.startswith("Static copy") for t in titles), titles
+    assert found >= 3
+
+
+def test_the_book_draws_the_explorers_static_charts(tmp_path):
+    pages = book.build_book(tmp_path / "book", ROOT / "notebooks", ROOT / "labs",
+                            only=["01", "06", "07"], images=False)
+    for page in pages:
+        text = (tmp_path / "book" / page.href).read_text(encoding="utf-8")
+        assert "Static copy" in text and book.WIDGET_NOTE in text, page.href
+
+
+# ------------------------------------------------------------------------------ reveal
+
+
+def _bundle(monkeypatch, **kwargs) -> dict:
+    shown = _displayed(monkeypatch, notebook)
+    notebook.reveal(**kwargs)
+    assert len(shown) == 1
+    return shown[0]
+
+
+def test_reveal_folds_the_answer(monkeypatch):
+    out = _bundle(monkeypatch, answer="**FFT** wins at k = 11.\n\nDirect wins at k = 3.",
+                  why="FFT's cost does not grow with `k`.")
+    page = out["text/html"]
+    assert page.startswith("<details") and "<details open" not in page
+    assert page.index("<summary") < page.index("<b>FFT</b>")
+    assert "<code>k</code>" in page and page.count("<p>") == 3
+    assert out["text/plain"].splitlines()[1:] == [
+        "FFT wins at k = 11.", "Direct wins at k = 3.", "FFT's cost does not grow with k."]
+
+
+def test_reveal_escapes_and_echoes_the_guess(monkeypatch):
+    out = _bundle(monkeypatch, answer="a < b & c", guess="<script>")
+    assert "<script>" not in out["text/html"] and "&lt;script&gt;" in out["text/html"]
+    assert "a &lt; b &amp; c" in out["text/html"]
+    assert "Your prediction: <script>." in out["text/plain"]
+
+
+def test_reveal_without_a_guess_says_nothing_of_one(monkeypatch):
+    out = _bundle(monkeypatch, answer="42")
+    assert "prediction:" not in out["text/html"].split("</summary>")[1]
+    assert "Your prediction" not in out["text/plain"]
