@@ -188,3 +188,19 @@ def test_default_cpu_sync_does_not_wait(stream):
     t = timing.benchmark(stream.launch, device="cpu", min_run_time=0.01, warmup=1)
     assert t.median_s < 0.002
     assert stream.syncs == 0
+
+
+def test_cpu_timing_runs_torch_with_its_own_thread_count():
+    """torch.utils.benchmark.Timer would run torch on one thread unless told: a CPU timing must
+    use the threads torch uses elsewhere (as the profiler and Numba's parallel loops do)."""
+    import torch
+
+    before = torch.get_num_threads()
+    wanted = 2 if before != 2 else 3
+    seen: list[int] = []
+    torch.set_num_threads(wanted)
+    try:
+        timing.benchmark(lambda: seen.append(torch.get_num_threads()), min_run_time=0.001)
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {wanted}

@@ -1,10 +1,10 @@
 """One way to time anything in the workbook: warm up, repeat, synchronise, report the median.
 
 :func:`benchmark` runs the call in blocks until a minimum total time has passed and reports
-per-call times (on the CPU through ``torch.utils.benchmark.Timer.blocked_autorange``). On a GPU,
-work is asynchronous (a kernel launch returns before the kernel finishes), so every timestamp is
-taken after ``torch.cuda.synchronize()``, which waits for all work on the device, Numba's kernels
-included. Under the Numba CUDA simulator the numbers are returned but flagged as meaningless.
+per-call times (on the CPU through ``torch.utils.benchmark.Timer.blocked_autorange``, with the
+threads torch uses outside it). On a GPU, work is asynchronous (a kernel launch returns before the
+kernel finishes), so every timestamp is taken after ``torch.cuda.synchronize()``, which waits for
+all work on the device, Numba's kernels included. Under the Numba CUDA simulator the numbers are returned but flagged as meaningless.
 """
 
 from __future__ import annotations
@@ -81,6 +81,13 @@ def device_label(device: str) -> str:
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
+def _torch_threads() -> int:
+    """The number of threads torch uses for CPU operators here (``torch.get_num_threads``)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _torch_benchmark():
     import logging
 
@@ -154,8 +161,10 @@ def benchmark(
     if device == "cuda":
         times, number = _synced_blocks(call, sync, min_run_time, warmed=warmup > 0)
     else:
+        # Timer runs torch on one thread unless told; measure with the threads torch would use
+        # outside the timer (the profiler and Numba's parallel loops use every core too).
         timer = _torch_benchmark().Timer(stmt="call()", globals={"call": call},
-                                         timer=synced_clock)
+                                         timer=synced_clock, num_threads=_torch_threads())
         m = timer.blocked_autorange(min_run_time=min_run_time)
         times, number = list(m.times), m.number_per_run
         if len(times) < 2:  # a call slower than min_run_time: measure it once more
