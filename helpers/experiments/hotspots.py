@@ -35,11 +35,11 @@ from helpers.networks.figure2 import MODELS, NAMES, NATIVE_INPUT
 from helpers.paper import STUDY_FIGURE2
 
 __all__ = ["ASSUMED_EFFICIENCY", "COMMAND", "CPU_DEFAULTS", "GPU_DEFAULTS", "PREFIX",
-           "STUDY_FIGURE2", "RecordedProfiles", "estimate", "format_table", "main", "measure",
-           "profile_models", "recorded", "refusal", "save"]
+           "STUDY_FIGURE2", "RecordedProfiles", "compare_with_study", "estimate", "format_table",
+           "main", "measure", "profile_models", "recorded", "refusal", "save"]
 
 #: Default run on a CPU: small enough that all four networks take well under a minute on a
-#: 2-core machine (our choice; the study's batch sizes are not in its summary). One thread:
+#: 2-core machine (our choice; the study gives no batch size for Figure 2). One thread:
 #: on a machine shared with other work, threads that wait for each other inflate the time of
 #: small operators (pooling, ReLU) far beyond their cost.
 CPU_DEFAULTS = {"batch": 4, "input_size": 128, "iterations": 2, "threads": 1}
@@ -284,6 +284,34 @@ def format_table(profiles: list[HotspotProfile], study: bool = True) -> str:
         lines.append("study conv: the study's Figure 2 (Tesla K40c, 2016), reported, not measured "
                      "here")
     return "\n".join(lines)
+
+
+def compare_with_study(profiles: list[HotspotProfile]) -> list[dict]:
+    """Each profile's largest layer type and its convolution share beside the study's.
+
+    Args:
+        profiles: from :func:`measure` or :func:`recorded`.
+
+    Returns:
+        One dict per profile: ``name, measured_on, date`` (of a profile from ``results/``, else
+        ""), ``largest`` (the group of :data:`GROUPS` with the largest share), ``largest_share,
+        conv_share`` (fractions), ``study_conv`` (the study's Figure 2 share, Section IV-A, or
+        None for a model it did not profile) and ``conv_vs_study`` (``"above"``, ``"below"``,
+        ``"equal"`` or None; compared in whole %).
+    """
+    out = []
+    for p in profiles:
+        shares = p.shares
+        largest = max(GROUPS, key=lambda g: shares[g])
+        study = STUDY_FIGURE2.get(p.model)
+        ours = round(100 * shares["convolution"])
+        vs = None if study is None else ("above" if ours > round(100 * study) else
+                                         "below" if ours < round(100 * study) else "equal")
+        out.append({"name": p.name, "measured_on": p.measured_on, "date": p.date,
+                    "largest": largest, "largest_share": shares[largest],
+                    "conv_share": shares["convolution"], "study_conv": study,
+                    "conv_vs_study": vs})
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ __all__ = [
     "main",
     "measured_bandwidth",
     "recorded",
+    "ridge_point",
+    "roofline_sides",
     "rooflines",
 ]
 
@@ -80,7 +82,7 @@ _SUPPORTED = {
 
 
 def backends_for(device: str, experiment: str) -> list[str]:
-    """Backends measured on ``device`` (``"cpu"`` or ``"cuda"``) for ``"elementwise"`` or ``"gemm"``.
+    """Backends measured on ``device`` (``"cpu"``, ``"cuda"``) for ``"elementwise"`` or ``"gemm"``.
 
     On ``"cuda"`` the list is empty unless a real GPU is present: under the Numba CUDA
     simulator no GPU rows are measured (they would time a Python interpreter). On a GPU,
@@ -104,8 +106,8 @@ def log_sizes(lo: float, hi: float, per_decade: int = 1) -> list[int]:
     if lo < 1 or hi < lo:
         raise ValueError(f"need 1 <= lo <= hi, got lo={lo}, hi={hi}")
     steps = max(1, round(math.log10(hi / lo) * per_decade)) if hi > lo else 0
-    sizes = sorted({round(lo * (hi / lo) ** (j / steps)) for j in range(steps + 1)} if steps else {lo})
-    return sizes
+    points = {round(lo * (hi / lo) ** (j / steps)) for j in range(steps + 1)} if steps else {lo}
+    return sorted(points)
 
 
 def _bytes_per_size(experiment: str, op: str, n: int, itemsize: int) -> int:
@@ -161,8 +163,9 @@ def check_sizes(experiment: str, op: str, lo: int, hi: int, dtype: str, device: 
     if need > limit:
         where = device_label(device)
         raise ValueError(
-            f"size {hi:,} needs {need / 2**30:.1f} GiB for its arrays in {dtype}, more than the "
-            f"{limit / 2**30:.1f} GiB this sweep may use on {where}. Choose a smaller largest size.")
+            f"size {hi:,} needs {need / 2**30:.1f} GiB for its arrays in {dtype}, more than "
+            f"the {limit / 2**30:.1f} GiB this sweep may use on {where}. Choose a smaller largest "
+            "size.")
 
 
 def _torch_dtype(dtype: str):
@@ -326,7 +329,7 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
         devices: any of ``"cpu"``, ``"cuda"`` (``"cuda"`` measures only on a real GPU).
         dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``; unsupported backend/dtype pairs
             give rows with that status.
-        min_run_time: seconds of timed calls per point (see :func:`helpers.device.timing.benchmark`).
+        min_run_time: seconds of timed calls per point (:func:`helpers.device.timing.benchmark`).
         point_budget_s: sizes are measured in increasing order, and a size whose cost,
             estimated from the last measured size, exceeds this many seconds is skipped (so
             are the larger ones after it): its row's ``status`` gives the estimate.
@@ -416,13 +419,13 @@ def bandwidth_peaks(references=(), cpu_rows: list[dict] = ()) -> list[tuple[str,
     return peaks
 
 
-def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[str, float, float, str]]:
+def rooflines(references=(), cpu_bandwidth: float | None = None,
+              compare: tuple[str, ...] = ()) -> list[tuple[str, float, float, str]]:
     """Roofs for :func:`helpers.figures.nb01_throughput.roofline_figure`: (label, peak FLOP/s,
-    bytes/s, colour).
-
-    The GPU here or the reference GPUs (datasheet peaks), the study's K40c (datasheet), and
-    this CPU (estimated peak from cores x clock x vector width; measured bandwidth), each label
-    saying where its numbers come from.
+    bytes/s, colour): the GPU here or the reference GPUs, the study's K40c and the GPUs named in
+    ``compare`` (e.g. ``("H100 SXM",)``; skipped if unknown to :func:`backend.lookup_gpu` or
+    already drawn), from datasheets; this CPU (peak estimated from cores x clock x vector
+    width, bandwidth measured). Each label says where its numbers come from.
     """
     roofs = []
     for env in _gpu_environments(references):
@@ -432,11 +435,49 @@ def rooflines(references=(), cpu_bandwidth: float | None = None) -> list[tuple[s
     k40 = backend.lookup_gpu("Tesla K40c")
     roofs.append(("Tesla K40c, the study's GPU (datasheet)", k40.fp32_flops,
                   k40.bandwidth_bytes_s, "#999999"))
+    drawn = {(peak, bw) for _, peak, bw, _ in roofs}
+    for name in compare:
+        spec = backend.lookup_gpu(name)
+        if spec and (spec.fp32_flops, spec.bandwidth_bytes_s) not in drawn:
+            roofs.append((f"{spec.name} (datasheet, for comparison)", spec.fp32_flops,
+                          spec.bandwidth_bytes_s, "#56B4E9"))
     info = backend.info()
     if info.cpu_peak_fp32_flops_estimate and cpu_bandwidth:
         roofs.append((f"{info.cpu_label} (estimated peak, measured bandwidth)",
                       info.cpu_peak_fp32_flops_estimate, cpu_bandwidth, "#E69F00"))
     return roofs
+
+
+def ridge_point(peak_flops: float, bandwidth_bytes_s: float) -> float:
+    """The roofline's ridge point, ``peak / bandwidth`` in FLOP/byte: below it a kernel is
+    memory-bound, above it compute-bound. Raises ValueError unless both are > 0."""
+    if not (peak_flops > 0 and bandwidth_bytes_s > 0):
+        raise ValueError(f"peak FLOP/s and bandwidth must be > 0, got {peak_flops!r} and "
+                         f"{bandwidth_bytes_s!r}")
+    return peak_flops / bandwidth_bytes_s
+
+
+def roofline_sides(roofs, gemms) -> list[dict]:
+    """Which side of each roof's ridge each GEMM lies on (ValueError: a roof's peak or bandwidth
+    is not > 0).
+
+    Args:
+        roofs: (label, peak FLOP/s, bytes/s, colour) tuples from :func:`rooflines`.
+        gemms: (name, intensity in FLOP/byte) pairs, e.g. the Table I layers' im2col GEMMs
+            (:func:`helpers.paper.im2col_gemm`).
+
+    Returns:
+        One dict per (roof, GEMM): ``roof, gemm, intensity, ridge`` (FLOP/byte), ``side``
+        (``"left"``: memory-bound there; ``"right"``: compute-bound), ``bound_gflop_s`` (GFLOP/s).
+    """
+    sides = []
+    for label, peak, bw, _ in roofs:
+        ridge = ridge_point(peak, bw)
+        for name, intensity in gemms:
+            sides.append({"roof": label, "gemm": name, "intensity": intensity, "ridge": ridge,
+                          "side": "left" if intensity < ridge else "right",
+                          "bound_gflop_s": min(peak, intensity * bw) / 1e9})
+    return sides
 
 
 def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2, *,
@@ -456,7 +497,8 @@ def table1_gemm_rows(dtype: str = "float32", min_run_time: float = 0.2, *,
     for layer in TABLE_I:
         g = im2col_gemm(layer, DTYPES[dtype])
         row = {
-            "experiment": "table1-gemm", "op": layer.name, "backend": "torch", "device_kind": "cuda",
+            "experiment": "table1-gemm", "op": layer.name, "backend": "torch",
+            "device_kind": "cuda",
             "device": device_label("cuda"), "dtype": dtype, "size": g.n, "bytes": g.min_bytes,
             "flops": g.flops, "median_s": math.nan, "iqr_s": math.nan, "min_s": math.nan,
             "max_s": math.nan, "repeats": 0, "gb_s": math.nan, "gflop_s": math.nan,
@@ -504,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.throughput",
-        description="Measure elementwise GB/s and GEMM GFLOP/s on the CPU and (if present) the GPU.")
+        description="Measure elementwise GB/s and GEMM GFLOP/s on the CPU and (if any) the GPU.")
     parser.add_argument("--out", default=str(results.RESULTS_DIR),
                         help="output folder (default: results/)")
     parser.add_argument("--name", default=None,

@@ -14,7 +14,8 @@ from helpers.figures.style import COLORS, DASHES, color_for, layout, value
 def _groups(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("status", "ok").startswith("ok") and math.isfinite(float(r.get("median_s", "nan"))):
+        ok = r.get("status", "ok").startswith("ok")
+        if ok and math.isfinite(float(r.get("median_s", "nan"))):
             groups.setdefault((r["backend"], r["device"], r.get("source", r["device_kind"]),
                                r.get("dtype", "float32"), r.get("op", "")), []).append(r)
     for g in groups.values():
@@ -98,6 +99,9 @@ def roofline_figure(roofs: Sequence[tuple[str, float, float, str]],
             results/) are drawn as stars labelled with their layer, one trace per device.
         marks: (label, intensity FLOP/byte) of other GEMMs (e.g. the study's Table I layers under
             im2col), drawn as markers on the first roof with their labels.
+
+    Each roof's ridge point (peak / bandwidth, FLOP/byte) is marked with a triangle: marks left
+    of a roof's ridge sit on its sloped, memory-bound part.
     """
     fig = go.Figure()
     table1 = [r for r in gemm_rows if r.get("experiment") == "table1-gemm"]
@@ -109,6 +113,14 @@ def roofline_figure(roofs: Sequence[tuple[str, float, float, str]],
             x=x, y=np.minimum(peak, x * bw) / 1e9, mode="lines", name=label,
             line=dict(color=color, width=2),
             hovertemplate="%{x:.3g} FLOP/B: at most %{y:,.0f} GFLOP/s<extra></extra>"))
+    if roofs:  # each roof's ridge point: where the sloped (memory) roof meets the flat one
+        fig.add_trace(go.Scatter(
+            x=[peak / bw for _, peak, bw, _ in roofs], y=[peak / 1e9 for _, peak, _, _ in roofs],
+            mode="markers", marker=dict(symbol="triangle-down", size=11,
+                                        color=[c for *_, c in roofs],
+                                        line=dict(color="#000000", width=1)),
+            name="ridge points (peak / bandwidth)", text=[label for label, *_ in roofs],
+            hovertemplate="%{text}: ridge at %{x:.3g} FLOP/B<extra></extra>"))
     for (backend, device, source, dtype, _op), g in _groups(gemm_rows).items():
         fig.add_trace(go.Scatter(
             x=[r["flops"] / r["bytes"] for r in g], y=[r["gflop_s"] for r in g],
