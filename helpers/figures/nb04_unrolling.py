@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from helpers.conv import gemm
 from helpers.figures.style import COLORS, color_for, layout, value
 
 #: Colours of the unrolling strategy's steps (``helpers.conv.phases`` names): copies orange
@@ -279,16 +280,17 @@ def unroll_phase_figure(bars: Sequence[tuple[str, Sequence[dict]]], device: str,
                         line=dict(color="#FFFFFF", width=0.5)),
             hovertemplate=f"{name}: %{{x:.0f}} %% (%{{customdata:.3g}} ms)<extra></extra>"))
     if study:
-        gemm = [100 * s for _, s in study]
+        study_gemm = [100 * s for _, s in study]
         lead = [None] * len(bars)
         fig.add_trace(go.Bar(
-            y=labels, x=lead + gemm, orientation="h", name="GEMM (reported by the study, K40c)",
-            text=[""] * len(bars) + [f"{v:.0f} %" for v in gemm], textposition="inside",
+            y=labels, x=lead + study_gemm, orientation="h",
+            name="GEMM (reported by the study, K40c)",
+            text=[""] * len(bars) + [f"{v:.0f} %" for v in study_gemm], textposition="inside",
             marker=dict(color=UNROLL_PHASE_COLORS["GEMM"], pattern_shape="/",
                         line=dict(color="#FFFFFF", width=0.5)),
             hovertemplate="GEMM: %{x:.0f} % (reported by the study)<extra></extra>"))
         fig.add_trace(go.Bar(
-            y=labels, x=lead + [100 - v for v in gemm], orientation="h",
+            y=labels, x=lead + [100 - v for v in study_gemm], orientation="h",
             name="rest (reported by the study: mostly im2col and col2im)",
             marker=dict(color="#BBBBBB", pattern_shape="/", line=dict(color="#FFFFFF", width=0.5)),
             hovertemplate="not GEMM: %{x:.0f} % (reported by the study)<extra></extra>"))
@@ -299,4 +301,168 @@ def unroll_phase_figure(bars: Sequence[tuple[str, Sequence[dict]]], device: str,
                       legend=dict(orientation="h", y=-0.25), margin=dict(l=260, r=20, t=80, b=60))
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(range=[0, 100])
+    return fig
+
+
+# -------------------------------------------- the tiled GEMM's tiles moving through shared memory
+
+
+def gemm_tile_schedule(m: int, n: int, k: int, block: tuple[int, int]) -> list[dict]:
+    """The tiles of A and B one block of :func:`helpers.conv.gemm.gemm_tiled_kernel` loads at
+    each step of its loop over the inner dimension.
+
+    Block ``(bx, by)`` (CUDA's x along the columns of C) computes the ``TILE x TILE`` tile of
+    C from row ``by * TILE`` and column ``bx * TILE``. At step ``t`` (0 .. ceil(K / TILE) - 1)
+    thread ``(tx, ty)`` copies ``A[by*TILE + ty, t*TILE + tx]`` and ``B[t*TILE + ty,
+    bx*TILE + tx]`` into shared memory, or 0.0 where that lies outside A or B (a partial tile).
+
+    Args:
+        m, n, k: C is (M, N), A (M, K), B (K, N); each >= 1.
+        block: (bx, by) inside the grid of :func:`helpers.conv.gemm.launch_config`.
+
+    Returns:
+        One dict per step: ``t``, ``a_rows`` and ``a_cols`` (the tile's index ranges in A, as
+        ``range`` objects, possibly past A's edge), ``b_rows``, ``b_cols`` (likewise in B),
+        ``a_valid`` and ``b_valid`` ((rows, cols) of the tile that hold real elements; the
+        rest are zeros), and ``tile`` (TILE).
+
+    Raises:
+        ValueError: a size < 1 or a block outside the grid.
+
+    Source: the textbook shared-memory matrix multiply (CUDA C Programming Guide); the study's
+    Section V-A (GEMM is most of the unrolling libraries' time).
+    """
+
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if int(v) < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    tile = gemm.TILE
+    (gx, gy), _ = gemm.launch_config(int(m), int(n))
+    bx, by = (int(v) for v in block)
+    if not (0 <= bx < gx and 0 <= by < gy):
+        raise ValueError(f"block must be inside the grid ({gx}, {gy}) (x along the columns of "
+                         f"C, y along its rows), got {block}")
+    steps = []
+    for t in range(-(-int(k) // tile)):
+        a_rows = range(by * tile, (by + 1) * tile)
+        a_cols = range(t * tile, (t + 1) * tile)
+        b_rows, b_cols = a_cols, range(bx * tile, (bx + 1) * tile)
+        steps.append({
+            "t": t, "tile": tile, "a_rows": a_rows, "a_cols": a_cols, "b_rows": b_rows,
+            "b_cols": b_cols,
+            "a_valid": (max(0, min(m - a_rows.start, tile)), max(0, min(k - a_cols.start, tile))),
+            "b_valid": (max(0, min(k - b_rows.start, tile)), max(0, min(n - b_cols.start, tile)))})
+    return steps
+
+
+def gemm_tiles_figure(m: int, n: int, k: int, block: tuple[int, int], label: str = ""
+                      ) -> go.Figure:
+    """The tiles of A and B one block of the tiled GEMM stages in shared memory, step by step.
+
+    Three panels, A (M x K), B (K x N) and C (M x N), one cell per element, with a slider over
+    the steps of the block's loop along K: at each step the A tile and the B tile it copies
+    (dark; their part beyond the matrix, loaded as zeros, outlined dashed), the tiles of the
+    earlier steps (pale), and the block's C tile (outlined), which accumulates
+    ``a_tile @ b_tile`` every step. Counted from :func:`gemm_tile_schedule`, not measured.
+
+    Args:
+        m, n, k, block: as :func:`gemm_tile_schedule`.
+        label: what the matrices are (e.g. "the im2col GEMM of ..."), shown in the title.
+
+    Raises:
+        ValueError: as :func:`gemm_tile_schedule`.
+    """
+    from plotly.subplots import make_subplots
+
+    steps = gemm_tile_schedule(m, n, k, block)
+    tile = steps[0]["tile"]
+    bx, by = block
+    color = color_for("im2col-tiled")
+    ext_k, ext_n = max(k, len(steps) * tile), max(n, (bx + 1) * tile)  # tiles may overhang
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.06,
+                        column_widths=[ext_k, ext_n, ext_n],
+                        subplot_titles=[f"A ({m} x {k})", f"B ({k} x {n})",
+                                        f"C ({m} x {n})"])
+
+    def state(shape, done, now, rows_of, cols_of):
+        z = np.zeros(shape)
+        for s in done:
+            rr, cc = rows_of(s), cols_of(s)
+            z[rr.start:min(rr.stop, shape[0]), cc.start:min(cc.stop, shape[1])] = 0.5
+        rr, cc = rows_of(now), cols_of(now)
+        z[rr.start:min(rr.stop, shape[0]), cc.start:min(cc.stop, shape[1])] = 1.0
+        return z
+
+    scale = [[0, "#f2f2f2"], [0.49, "#f2f2f2"], [0.5, "#bfe3d6"], [0.99, "#bfe3d6"],
+             [1.0, color]]
+
+    def traces(t):
+        now, done = steps[t], steps[:t]
+        za = state((m, k), done, now, lambda s: s["a_rows"], lambda s: s["a_cols"])
+        zb = state((k, n), done, now, lambda s: s["b_rows"], lambda s: s["b_cols"])
+        zc = np.zeros((m, n))
+        rows_c = range(by * tile, min((by + 1) * tile, m))
+        cols_c = range(bx * tile, min((bx + 1) * tile, n))
+        zc[rows_c.start:rows_c.stop, cols_c.start:cols_c.stop] = 0.5 + 0.5 * (t + 1) / len(steps)
+        return za, zb, zc
+
+    za, zb, zc = traces(0)
+    for col, z, name in ((1, za, "A"), (2, zb, "B"), (3, zc, "C")):
+        fig.add_trace(go.Heatmap(z=z, zmin=0, zmax=1, colorscale=scale, showscale=False,
+                                 xgap=1, ygap=1,
+                                 hovertemplate=name + "[%{y}, %{x}]<extra></extra>"),
+                      row=1, col=col)
+        rows_, cols_ = z.shape
+        fig.update_xaxes(range=[-0.5, max(cols_, (bx + 1) * tile if col > 1 else
+                                          len(steps) * tile) - 0.5],
+                         showgrid=False, zeroline=False, constrain="domain", row=1, col=col)
+        fig.update_yaxes(range=[max(rows_, (by + 1) * tile if col != 2 else
+                                    len(steps) * tile) - 0.5, -0.5],
+                         showgrid=False, zeroline=False, constrain="domain", row=1, col=col)
+        anchor = fig.get_subplot(1, col).yaxis.plotly_name.replace("axis", "")
+        fig.update_xaxes(scaleanchor=anchor, row=1, col=col)
+
+    def shapes(t):
+        s = steps[t]
+        out = []
+        for col, rr, cc, (vr, vc) in ((1, s["a_rows"], s["a_cols"], s["a_valid"]),
+                                      (2, s["b_rows"], s["b_cols"], s["b_valid"])):
+            xref, yref = ("x", "y") if col == 1 else (f"x{col}", f"y{col}")
+            out.append(dict(type="rect", xref=xref, yref=yref, x0=cc.start - 0.5,
+                            x1=cc.stop - 0.5, y0=rr.start - 0.5, y1=rr.stop - 0.5,
+                            line=dict(color=color, width=2,
+                                      dash="dash" if (vr, vc) != (tile, tile) else "solid")))
+        out.append(dict(type="rect", xref="x3", yref="y3", x0=bx * tile - 0.5,
+                        x1=(bx + 1) * tile - 0.5, y0=by * tile - 0.5, y1=(by + 1) * tile - 0.5,
+                        line=dict(color="#000000", width=2)))
+        return out
+
+    def caption(t):
+        s = steps[t]
+        zeros_a = tile * tile - s["a_valid"][0] * s["a_valid"][1]
+        zeros_b = tile * tile - s["b_valid"][0] * s["b_valid"][1]
+        return (f"step t = {t} of {len(steps)}: the block's {tile} x {tile} threads copy "
+                f"A[{s['a_rows'].start}:{s['a_rows'].stop}, {s['a_cols'].start}:"
+                f"{s['a_cols'].stop}] and B[{s['b_rows'].start}:{s['b_rows'].stop}, "
+                f"{s['b_cols'].start}:{s['b_cols'].stop}] (one element each), "
+                f"{zeros_a} + {zeros_b} of them zeros; barrier; {tile} multiply-adds each; "
+                "barrier")
+
+    head = (f"Tiled GEMM, block (bx={bx}, by={by}) of grid "
+            f"{(-(-n // tile), -(-m // tile))}: C[{by * tile}:{(by + 1) * tile}, "
+            f"{bx * tile}:{(bx + 1) * tile}] in {len(steps)} steps along K = {k}"
+            + (f" ({label})" if label else ""))
+    slider_steps = []
+    for t in range(len(steps)):
+        za, zb, zc = traces(t)
+        slider_steps.append(dict(
+            method="update", label=str(t),
+            args=[{"z": [za, zb, zc]},
+                  {"shapes": shapes(t),
+                   "title.text": f"{head}<br><sup>{caption(t)}</sup>"}]))
+    fig.update_layout(
+        shapes=shapes(0), title=f"{head}<br><sup>{caption(0)}</sup>",
+        sliders=[dict(active=0, steps=slider_steps, currentvalue=dict(prefix="step t = "),
+                      pad=dict(t=40))],
+        template="plotly_white", height=480, width=1000, margin=dict(l=40, r=20, t=100, b=40))
     return fig
