@@ -150,9 +150,9 @@ STRATEGIES: dict[str, Strategy] = {
             uses_numba_kernels=True),
         Strategy(
             "fft", "fft",
-            "FFT convolution with torch.fft (cuFFT on a GPU, pocketfft on the CPU): transform "
-            "input and zero-padded filters, multiply-accumulate over channels in the frequency "
-            "domain, transform back, crop.",
+            "FFT convolution with torch.fft (cuFFT on a GPU, MKL or pocketfft on the CPU): "
+            "transform input and zero-padded filters, multiply-accumulate over channels in the "
+            "frequency domain, transform back, crop.",
             ("cpu", "cuda"),
             lambda x, w, cfg, d: _fft_module().forward(x, w, cfg),
             lambda x, w, dy, cfg, d: _fft_module().backward(x, w, dy, cfg),

@@ -10,7 +10,7 @@ two more Cgemms; a stride > 1 costs the full stride-1 work (:data:`STRIDE_NOTE`)
 
 Cost (:func:`flops`, :func:`workspace_bytes`): independent of R*S, but each filter's spectrum
 has ``Hf*(Wf//2+1)`` complex numbers however small the kernel: fbfft used the most memory in
-the study's Figure 5. float32 / complex64 on any device (pocketfft and BLAS on the CPU, cuFFT
+the study's Figure 5. float32 / complex64 on any device (torch.fft and BLAS on the CPU, cuFFT
 and cuBLAS on a GPU); the transforms' round-off spreads over whole planes, so errors are
 relative to a plane's largest values (the tests accept 1e-3 of the largest output).
 """
@@ -34,8 +34,9 @@ STRIDE_NOTE = (
     "FFT convolution computes the stride-1 output: the frequency-domain product gives every "
     "output position at once. A stride (s_h, s_w) > 1 is handled by computing the full "
     "stride-1 output and keeping every s_h-th row and s_w-th column, so it costs the full "
-    "stride-1 work, about s_h*s_w times more than the outputs kept need (the study: FFT "
-    "supports stride 1 only). Backward scatters dy into a zero stride-1 grid first (dilation).")
+    "stride-1 work, about s_h*s_w times more than the outputs kept need (the study's FFT "
+    "libraries, fbfft and Theano-fft, support stride 1 only: Section IV-B). Backward scatters "
+    "dy into a zero stride-1 grid first (dilation).")
 
 
 # -------------------------------------------------------------------------------- sizes
@@ -73,7 +74,7 @@ def fft_size(cfg: ConvConfig, fast: bool = True) -> tuple[int, int]:
     forward and both gradients without wrap-around (the proofs are in notebook 05, "Why the
     padded input size is a large enough FFT"). With ``fast=True`` (what :func:`forward` and
     :func:`backward` use) each side is rounded up to the next 2-3-5-smooth length
-    (:func:`next_fast_len`), which pocketfft (CPU) and cuFFT (GPU) transform with fast radix
+    (:func:`next_fast_len`), which torch.fft's CPU library and cuFFT (GPU) transform with fast radix
     kernels (a prime size such as 227 falls back to a slower algorithm); with ``fast=False`` it
     is the padded input size exactly. fbfft rounds up to powers of two instead.
 
@@ -122,8 +123,8 @@ def flops(cfg: ConvConfig) -> int:
     * Cgemm: ``N*K*C`` complex multiply-adds at each of ``F = Hf*(Wf//2+1)`` frequencies,
       8 flops each (4 multiplies and 2 adds for the product, 2 adds to accumulate).
 
-    Independent of R*S, unlike ``cfg.flops`` (``2*N*K*P*Q*C*R*S``), so FFT convolution wins for
-    large kernels and loses for small ones (3 x 3), where the transforms dominate. Stride > 1
+    Independent of R*S, unlike ``cfg.flops`` (``2*N*K*P*Q*C*R*S``), so FFT convolution gains on the
+    others as kernels grow; for small ones (3 x 3) the transforms dominate its count. Stride > 1
     does not reduce it (:data:`STRIDE_NOTE`). The filter transforms could be reused across
     calls (inference); they are counted here, as this module recomputes them.
 
@@ -234,7 +235,7 @@ def _filter_spectrum(w: torch.Tensor, cfg: ConvConfig, hf: int, wf: int,
     DFT matrix applied along the width, then an hf x R one along the height. Two matrix
     products over all K*C filters at once give exactly what ``torch.fft.rfft2(w, s=(hf, wf))``
     gives (a test checks it), without padding K*C planes, transforming their zeros, or
-    transposing the result; for the study's layers this is 2-3x faster on a CPU. The output
+    transposing the result (notebook 05 times both). The output
     is still ``K*C*Hf*(Wf//2+1)`` complex numbers: the memory cost of FFT convolution
     (:func:`workspace_bytes`) does not go away.
 

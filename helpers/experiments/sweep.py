@@ -38,6 +38,14 @@ from helpers.conv import (
 from helpers.device import backend, host, memory, timing
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
+from helpers.experiments.sweep_findings import (  # re-exported: notebooks read sweep.findings
+    faster_at,
+    fastest_at,
+    fastest_text,
+    findings,
+    growth_text,
+    times_by,
+)
 from helpers.paper import TABLE_I
 
 #: results/ file-name prefix of recorded runs of the 'paper' preset, and how to record one.
@@ -54,13 +62,18 @@ __all__ = [
     "SweepPoint",
     "estimate",
     "estimate_seconds",
+    "fastest_at",
+    "fastest_text",
+    "faster_at",
     "fastest_map",
     "findings",
+    "growth_text",
     "main",
     "measure",
     "recorded",
     "refusal",
     "run_preset",
+    "times_by",
 ]
 
 #: The devices a sweep measures on.
@@ -432,91 +445,6 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
         winners.append(line)
     bar.close()
     return rows, winners
-
-
-def _median_of(rows: list[dict], **match) -> dict[str, float]:
-    """{strategy: median_ms} over the measured rows matching ``match`` (one point each)."""
-    return {r["strategy"]: r["median_ms"] for r in rows
-            if r.get("median_ms") not in (None, "") and all(r.get(k) == v for k, v in match.items())}
-
-
-def findings(rows: list[dict]) -> list[dict]:
-    """The study's main findings, each checked against a sweep's rows.
-
-    Args:
-        rows: rows of :func:`run_preset` (or loaded from its CSV) for one device.
-
-    Returns:
-        One dict per finding: ``finding``, ``study`` (what the study reported, in its words),
-        ``here`` (what these rows show, computed from them), ``agrees`` (True, False, or None
-        when the rows cannot tell).
-
-    Source: Li et al., ICPP 2016, Sections IV-B (Figure 3) and V-B (Figure 5).
-    """
-    out = []
-    kernel = [r for r in rows if r["sweep"] == "kernel" and r["status"] == "ok"]
-    ks = sorted({r["k"] for r in kernel})
-
-    def ratio(k):
-        """fft's time over the library's at kernel size k, or None."""
-        m = _median_of(kernel, k=k)
-        return m["fft"] / m["reference"] if "fft" in m and "reference" in m else None
-
-    large = [(k, ratio(k)) for k in ks if k > 7 and ratio(k) is not None]
-    small = [(k, ratio(k)) for k in ks if k < 7 and ratio(k) is not None]
-    out.append({
-        "finding": "FFT beats the library for large kernels",
-        "study": "above 7 x 7, fbfft beat cuDNN by 1.15x to 19x",
-        "here": (", ".join(f"k={k}: fft/library {q:.2f}" for k, q in large) or "no kernel > 7"),
-        "agrees": all(q < 1 for _, q in large) if large else None})
-    out.append({
-        "finding": "The library beats FFT for small kernels",
-        "study": "under 7 x 7, cuDNN beat fbfft by 1.21x to 2.62x",
-        "here": (", ".join(f"k={k}: fft/library {q:.2f}" for k, q in small) or "no kernel < 7"),
-        "agrees": all(q > 1 for _, q in small) if small else None})
-    stride = [r for r in rows if r["sweep"] == "stride" and r["status"] == "ok"]
-    s_vals = sorted({r["s"] for r in stride})
-    if len(s_vals) >= 2:
-        lo, hi = s_vals[0], s_vals[-1]
-        f_lo, f_hi = _median_of(stride, s=lo).get("fft"), _median_of(stride, s=hi).get("fft")
-        r_lo, r_hi = (_median_of(stride, s=lo).get("reference"),
-                      _median_of(stride, s=hi).get("reference"))
-        here = (f"from stride {lo} to {hi}, fft's time x{f_hi / f_lo:.2f}, the library's "
-                f"x{r_hi / r_lo:.2f}" if f_lo and f_hi and r_lo and r_hi else "not measured")
-        at_hi = _median_of(stride, s=hi)
-        fastest_hi = min(at_hi, key=at_hi.get) if at_hi else None
-        agrees = None if not (f_lo and f_hi and r_lo and r_hi) else (f_hi / f_lo > r_hi / r_lo)
-        out.append({
-            "finding": "FFT only pays at stride 1",
-            "study": "fbfft and Theano-fft support stride 1 only; cuDNN was best for stride > 1",
-            "here": here + f"; fastest at stride {hi}: {fastest_hi}",
-            "agrees": agrees})
-    by_point: dict[tuple, dict[str, float]] = {}
-    for r in rows:
-        if r["sweep"] != "table1" and r.get("workspace_bytes") not in (None, ""):
-            by_point.setdefault((r["sweep"], r["x"]), {})[r["strategy"]] = float(r["workspace_bytes"])
-    if by_point:
-        top = [max(m, key=m.get) for m in by_point.values()]
-        n_fft = sum(t == "fft" for t in top)
-        out.append({
-            "finding": "FFT is the most memory-hungry",
-            "study": "fbfft used the most memory, 1,632 MB to 10,866 MB (Fig. 5)",
-            "here": (f"fft has the largest analytic workspace at {n_fft} of {len(top)} points "
-                     f"(im2col-gemm at {top.count('im2col-gemm')})"),
-            "agrees": n_fft > len(top) / 2})
-    base_rows = [r for r in rows if r["sweep"] == "kernel" and r["strategy"] == "im2col-gemm"
-                 and r.get("workspace_bytes") not in (None, "")]
-    if base_rows:
-        r = max(base_rows, key=lambda r: r["k"])
-        x_bytes = 4 * r["b"] * r["c"] * r["i"] * r["i"]
-        fwd_cols = float(r["workspace_bytes"]) / 2  # the backward pass holds cols and dcols
-        out.append({
-            "finding": "Unrolling needs a k*k-times larger buffer",
-            "study": "im2col's buffer is up to k*k times the input",
-            "here": (f"k={r['k']}: the im2col buffer is {fwd_cols / x_bytes:.1f}x the input "
-                     f"(k*k = {r['k'] ** 2})"),
-            "agrees": fwd_cols / x_bytes > 1})
-    return out
 
 
 def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, seconds: float) -> pathlib.Path:
