@@ -2,28 +2,35 @@
 
 The solution below is that of ``labs/solutions/lab5_pick_the_fastest.ipynb``. The planted
 mistakes: always None (the "zeros" of a choice), returning the input, the budget ignored,
-the slowest picked, a refused or failed row picked, the budget compared with ``<`` (an
-off-by-one border), the first fitting row taken (right only when the rows are sorted), ties
-broken the wrong way, an unknown workspace taken as 0, rows sorted in place, a row returned
-instead of its name.
+the workspace compared with the budget without the tensors, the smallest footprint picked
+(memory alone), the slowest picked, a refused or failed row picked, the budget compared with
+``<`` (an off-by-one border), the first fitting row taken (right only when the rows are
+sorted), ties broken the wrong way, an unknown workspace taken as 0, rows sorted in place,
+a row returned instead of its name.
 """
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 from helpers.checks import lab5
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 
 # ------------------------------------------------------------------- the solution notebook's
 
 
 def pick(rows, budget_bytes):
-    candidates = [(row["median_ms"], row["workspace_bytes"], i, row["strategy"])
+    candidates = [(row["median_ms"], row["tensor_bytes"] + row["workspace_bytes"], i,
+                   row["strategy"])
                   for i, row in enumerate(rows)
                   if row["status"] == "ok" and row["median_ms"] is not None
                   and row["workspace_bytes"] is not None
-                  and row["workspace_bytes"] <= budget_bytes]
+                  and row["tensor_bytes"] + row["workspace_bytes"] <= budget_bytes]
     if not candidates:
         return None
     return min(candidates)[3]
@@ -32,11 +39,12 @@ def pick(rows, budget_bytes):
 # ------------------------------------------------------------------------ planted mistakes
 
 
-def fits(row, budget, strict=False, unknown_fits=False):
+def fits(row, budget, strict=False, unknown_fits=False, tensors=True):
     ws = row["workspace_bytes"]
     if ws is None:
         return unknown_fits
-    return ws < budget if strict else ws <= budget
+    need = ws + (row["tensor_bytes"] if tensors else 0)
+    return need < budget if strict else need <= budget
 
 
 def measured(row):
@@ -46,6 +54,17 @@ def measured(row):
 def ignores_budget(rows, budget_bytes):
     ok = [r for r in rows if measured(r) and r["workspace_bytes"] is not None]
     return min(ok, key=lambda r: r["median_ms"])["strategy"] if ok else None
+
+
+def workspace_only(rows, budget_bytes):
+    ok = [r for r in rows if measured(r) and fits(r, budget_bytes, tensors=False)]
+    return min(ok, key=lambda r: (r["median_ms"], r["workspace_bytes"]))["strategy"] if ok else None
+
+
+def smallest_footprint(rows, budget_bytes):
+    ok = [r for r in rows if measured(r) and fits(r, budget_bytes)]
+    best = min(ok, key=lambda r: r["workspace_bytes"]) if ok else None
+    return best and best["strategy"]
 
 
 def picks_slowest(rows, budget_bytes):
@@ -95,6 +114,7 @@ def unknown_workspace_fits(rows, budget_bytes):
     return best and best["strategy"]
 
 
+
 def sorts_in_place(rows, budget_bytes):
     rows.sort(key=lambda r: (r["median_ms"] is None, r["median_ms"] or 0))
     return pick(rows, budget_bytes)
@@ -109,6 +129,8 @@ PLANTED = {
     "always None (zeros)": lambda rows, budget_bytes: None,
     "the input": lambda rows, budget_bytes: rows,
     "budget ignored": ignores_budget,
+    "workspace compared without the tensors": workspace_only,
+    "memory alone (the smallest footprint)": smallest_footprint,
     "the slowest": picks_slowest,
     "a failed row picked": ignores_status,
     "status ignored entirely": ignores_status_entirely,
@@ -153,7 +175,9 @@ def test_the_cases_are_deterministic_and_cover_the_rules():
     assert any(not c.rows for c in first)                                 # no rows
     assert any(r["status"] != "ok" and r["median_ms"] is not None
                for c in first for r in c.rows)                            # failed but timed
-    assert any(r["workspace_bytes"] == c.budget_bytes for c in first for r in c.rows)
+    assert any(r["workspace_bytes"] is not None
+               and r["tensor_bytes"] + r["workspace_bytes"] == c.budget_bytes
+               for c in first for r in c.rows)
     shuffled = next(c for c in first if "no particular order" in c.title)
     times = [r["median_ms"] for r in shuffled.rows if r["status"] == "ok"]
     assert times != sorted(times) and shuffled.expected is not None
@@ -170,3 +194,55 @@ def test_the_failure_shows_the_rows_and_the_budget():
     report = lab5.check_pick(ignores_budget)
     assert "expected 'im2col-gemm', got 'fft'" in report.message
     assert "budget 32 MiB" in report.message and "fft" in report.message
+
+
+@pytest.mark.parametrize("wrong", [ignores_budget, workspace_only, smallest_footprint])
+def test_each_wrong_reading_of_the_budget_has_a_case_with_another_answer(wrong):
+    """The rule is enforced: for each plausible wrong reading some case's answer differs."""
+    differs = [c.title for c in lab5.pick_cases()
+               if wrong([dict(r) for r in c.rows], c.budget_bytes) != c.expected]
+    assert differs, wrong.__name__
+
+
+def test_the_workspace_only_reading_fails_on_the_study_layer():
+    report = lab5.check_pick(workspace_only)
+    assert "workspace that fits alone" in report.message
+    case = next(c for c in lab5.pick_cases() if "Conv1 at batch 128" in c.title)
+    assert workspace_only(case.rows, case.budget_bytes) == "fft" and case.expected == "direct-naive"
+
+
+def test_tensor_bytes_counts_input_filters_and_output():
+    cfg = lab5.TABLE_I[0]                       # (128, 3, 128, 128) * (96, 3, 11, 11)
+    assert lab5.tensor_bytes(cfg) == 4 * (128 * 3 * 128 * 128 + 96 * 3 * 11 * 11
+                                          + 128 * 96 * 118 * 118)
+    rows = [{"strategy": "fft"}]
+    out = lab5.with_tensor_bytes(rows, cfg)
+    assert out[0]["tensor_bytes"] == lab5.tensor_bytes(cfg) and "tensor_bytes" not in rows[0]
+
+
+def test_table1_rows_prefers_a_recorded_gpu_run(tmp_path):
+    from synthetic_results import GPU_NAME, make_synthetic_results
+
+    make_synthetic_results(tmp_path)            # GPU runs at batch 128 and at batch 1
+    got = lab5.table1_rows("cpu", directory=tmp_path)
+    assert got.basis == "recorded" and GPU_NAME in got.device and GPU_NAME in got.note
+    assert set(got.rows) == {layer.name for layer in lab5.TABLE_I}
+    conv1 = {r["strategy"]: r for r in got.rows["Conv1"]}
+    assert "direct-naive" in conv1 and conv1["direct-naive"]["median_ms"] > 0
+    assert conv1["fft"]["tensor_bytes"] == lab5.tensor_bytes(lab5.TABLE_I[0])
+    assert conv1["fft"]["workspace_bytes"] == lab5.STRATEGIES["fft"].workspace_bytes(
+        lab5.TABLE_I[0], False)
+    assert lab5.table1_rows("cpu", directory=tmp_path / "empty", strategies=["im2col-gemm"],
+                            min_run_time=0.01).basis == "estimated"
+
+
+def test_table1_rows_estimates_on_the_cpu_when_nothing_is_recorded(tmp_path):
+    got = lab5.table1_rows("cpu", directory=tmp_path, strategies=["im2col-gemm"],
+                           min_run_time=0.01)
+    assert got.basis == "estimated" and "times 128" in got.note
+    row = got.rows["Conv4"][0]
+    assert row["status"] == "ok" and row["median_ms"] > 0
+    assert row["workspace_bytes"] == lab5.STRATEGIES["im2col-gemm"].workspace_bytes(
+        lab5.TABLE_I[3], False)
+    with pytest.raises(ValueError, match="device"):
+        lab5.table1_rows("tpu")

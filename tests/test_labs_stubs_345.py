@@ -41,10 +41,19 @@ def test_the_stub_lab_runs_and_every_check_says_not_implemented_yet(name, tmp_pa
                    for o in c.outputs)
 
 
+WHY = "**Why it is written this way.**"
+
+
+def _without_notes(cells):
+    """The solution's cells without its "why" notes (markdown cells only the solution has)."""
+    return [c for c in cells if not (c.cell_type == "markdown" and c.source.startswith(WHY))]
+
+
 @pytest.mark.parametrize("name", LABS)
 def test_the_lab_and_its_solution_differ_only_in_the_todo_cells(name):
     lab = nbformat.read(ROOT / "labs" / name, as_version=4)
     solution = nbformat.read(ROOT / "labs" / "solutions" / name, as_version=4)
+    solution.cells = _without_notes(solution.cells)
     assert len(lab.cells) == len(solution.cells)
     stubs = 0
     for i, (a, b) in enumerate(zip(lab.cells, solution.cells)):
@@ -78,3 +87,35 @@ def test_the_labs_state_the_rules_their_checkers_apply():
                            ("lab5_pick_the_fastest.ipynb", lab5.RULES.replace("``", "`"))):
             nb = nbformat.read(ROOT / folder / name, as_version=4)
             assert any(text in c.source for c in nb.cells if c.cell_type == "markdown"), name
+
+
+def _def_line(source: str) -> str | None:
+    """The first line of a cell that defines a function (a TODO cell's signature)."""
+    return next((line for line in source.splitlines() if line.startswith("def ")), None)
+
+
+@pytest.mark.parametrize("folder", ["labs/solutions"])
+@pytest.mark.parametrize("name", LABS + ["lab1_first_kernels.ipynb", "lab2_tiled_gemm.ipynb"])
+def test_every_solved_todo_is_followed_by_a_note_saying_why(name, folder):
+    """After each solved TODO cell and its check, the solution says why it is written so: the
+    choice, the alternative and why not."""
+    lab = nbformat.read(ROOT / "labs" / name, as_version=4)
+    solution = nbformat.read(ROOT / folder / name, as_version=4)
+    todos = [_def_line(c.source) for c in lab.cells
+             if c.cell_type == "code" and "raise NotImplementedError" in c.source]
+    assert todos
+    cells = solution.cells
+    for first_line in todos:
+        k = next(i for i, c in enumerate(cells)
+                 if c.cell_type == "code" and _def_line(c.source) == first_line)
+        note = cells[k + 2] if k + 2 < len(cells) else None
+        assert note is not None and note.cell_type == "markdown" and note.source.startswith(WHY), \
+            (name, first_line)
+        assert "alternative" in note.source.lower(), (name, first_line)
+    assert not any(c.source.startswith(WHY) for c in lab.cells)    # learners do not see them
+
+
+def test_each_lab_has_a_predict_moment():
+    for name in LABS + ["lab1_first_kernels.ipynb", "lab2_tiled_gemm.ipynb"]:
+        nb = nbformat.read(ROOT / "labs" / name, as_version=4)
+        assert any(c.cell_type == "markdown" and "**Predict.**" in c.source for c in nb.cells), name
