@@ -12,6 +12,7 @@ Networks").
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 from helpers import results
@@ -24,11 +25,11 @@ REVIEW: tuple[tuple[str, str], ...] = (
     ("more workers and a larger batch (small CNN, GPU)", "about 3x faster"),
     ("GPU utilisation with a small CNN", "0-10 % (the CPU input pipeline is the bottleneck)"),
     ("removing augmentation (GPU)", "425 -> 533 images/s"),
-    ("128x128 inputs instead (GPU)", "333 images/s"),
-    ("deeper networks, GPU vs CPU", "about 23x, then about 100x faster"),
+    ("128x128 inputs and one more conv block (GPU)", "425 -> 333 images/s"),
+    ("deeper networks, GPU vs CPU", "about 4x, then about 23x, then about 100x faster"),
     ("CIFAR-10, batch 512, Tesla V100", "15,000-17,000 images/s at about 45 % utilisation"),
-    ("CIFAR-10 on 16 CPU cores", "about 210 images/s"),
-    ("CIFAR-10 on a cloud VM's CPU", "about 90 images/s"),
+    ("CIFAR-10 on 16 CPU cores (2 x Xeon Silver 4110)", "about 210 images/s"),
+    ("CIFAR-10 in a VirtualBox VM on a workstation", "about 90 images/s"),
 )
 
 #: File-name prefix of the training-throughput datasets in ``results/``.
@@ -106,19 +107,46 @@ def recorded(experiment: str, *, gpu_only: bool = True, directory=None) -> resul
 
 def format_table(rows: Sequence[dict], columns: Sequence[str] = (
         "experiment", "model", "device_kind", "batch_size", "workers", "augment", "precision",
-        "channels_last", "images_per_s", "wait_share", "gpu_util_mean", "status")) -> str:
-    """Plain-text table of rows (numbers rounded; status shortened to its first 60 characters)."""
+        "channels_last", "images_per_s", "wait_share", "gpu_util_mean", "status"),
+        max_text: int = 40) -> str:
+    """Plain-text table of rows, every cell whole: nothing is cut off.
+
+    Numbers are rounded (NaN shows as ``-``). A text longer than ``max_text`` characters (a
+    status that says why a row was not measured) is shown as a numbered note mark, ``[1]``, in
+    its cell, and in full under the table (``[1] not measured: ...``, wrapped at 100 characters),
+    once however many rows share it. So the columns stay narrow and every row fits on one line.
+
+    Args:
+        rows: result rows (dicts); a missing key shows as an empty cell.
+        columns: the keys to show, in order.
+        max_text: the longest text kept in its cell, >= 4 characters.
+
+    Returns:
+        The table's lines, then the notes, joined by newlines.
+
+    Raises:
+        ValueError: ``max_text < 4``.
+    """
+    if max_text < 4:
+        raise ValueError(f"max_text must be >= 4 characters, got {max_text!r}")
+    notes: dict[str, str] = {}
+
     def cell(v):
         if isinstance(v, float):
             if math.isnan(v):
                 return "-"
             return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        return str(v)[:60]
+        text = str(v)
+        if len(text) <= max_text:
+            return text
+        return notes.setdefault(text, f"[{len(notes) + 1}]")
 
     table = [[cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(t[i]) for t in table)) if table else len(c)
               for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths)) for t in table]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip() for t in table]
+    lines += [textwrap.fill(f"{mark} {text}", 100, subsequent_indent=" " * (len(mark) + 1))
+              for text, mark in notes.items()]
     return "\n".join(lines)

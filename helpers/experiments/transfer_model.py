@@ -1,10 +1,10 @@
 """The analytic model of CPU-GPU copies: how long copying a layer's data takes next to computing it.
 
 Copy time = bytes moved / a stated link bandwidth (:data:`LINKS`); compute time = FLOPs / a GPU's
-datasheet FP32 peak (:data:`helpers.device.backend.KNOWN_GPUS`). :func:`estimate_share` gives the
-copies' share for one layer, :func:`estimate` for every (machine, layer) of :data:`SCENARIOS`,
-:func:`estimated_timeline` the copy/compute schedule, sequential and in overlapped chunks. Every
-row says ``"estimate"``: nothing here is measured, and nothing needs a GPU.
+datasheet FP32 peak (:data:`helpers.device.backend.KNOWN_GPUS`). The copies' share:
+:func:`estimate_share` (one layer), :func:`estimate` (every machine and layer of :data:`SCENARIOS`),
+:func:`estimate_channels` (against input channels); :func:`estimated_timeline` gives the schedule,
+sequential and in overlapped chunks. Rows say ``"estimate"``: nothing is measured or needs a GPU.
 
 Layers are :class:`helpers.conv.config.ConvConfig` (Table I: :data:`helpers.paper.TABLE_I`); rows
 name them in the study's (b, i, f, k, s) symbols. Tensors are NCHW float32: x (N, C, H, W),
@@ -27,7 +27,7 @@ from helpers.paper import TABLE_I
 __all__ = [
     "Link", "LINKS", "SCENARIOS", "ESTIMATE_FIELDS", "STREAMS", "SEQUENTIAL_STREAM",
     "layer_for", "layer_bytes", "chunk_bounds", "overlap_achieved",
-    "estimate_share", "estimate", "estimated_timeline",
+    "estimate_share", "estimate", "estimated_timeline", "estimate_channels",
 ]
 
 
@@ -343,4 +343,37 @@ def estimated_timeline(layer: ConvConfig | str, chunks: int = 4, gpu: str = "K40
                            ("d2h", d_start, d_end)):
             out.append(dict(run="overlapped", stream=STREAMS[kind], kind=kind, chunk=j,
                             start_ms=s, end_ms=e, source="estimate"))
+    return out
+
+
+def estimate_channels(layer: ConvConfig | str = "Conv2", channels: Iterable[int] = (1, 3, 64, 384),
+                      gpu: str = "K40c", link: str = "PCIe 3.0 x16", *,
+                      copy_output: bool = True) -> list[dict]:
+    """:func:`estimate_share` of one layer for several input channel counts C (forward + backward).
+
+    Table I gives each layer as (b, i, f, k, s) and no input channels, so a layer's C is a
+    choice (:mod:`helpers.paper` explains ours). C scales the FLOPs (``2 N K P Q C R S``) and
+    the bytes of x, but not the bytes of y, so the copies' share falls as C grows.
+
+    Args:
+        layer: a :class:`helpers.conv.config.ConvConfig` or Table I name (default ``"Conv2"``).
+        channels: input channel counts C to try, each an int >= 1.
+        gpu, link, copy_output: as :func:`estimate_share`.
+
+    Returns:
+        One :func:`estimate_share` dict per C, in the given order, with ``c`` (the channels)
+        added.
+
+    Raises:
+        ValueError: an unknown layer, GPU or link, or a channel count < 1.
+
+    Source: the study's Table I (no channels given) and Figure 7; the sweep is ours.
+    """
+    lay = layer_for(layer)
+    out = []
+    for c in channels:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ValueError(f"channels must be ints >= 1, got {c!r}")
+        varied = dataclasses.replace(lay, c=c)
+        out.append(dict(estimate_share(varied, gpu, link, copy_output=copy_output), c=c))
     return out

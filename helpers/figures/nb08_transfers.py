@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
@@ -187,4 +188,46 @@ def overlap_times_figure(rows: Sequence[dict],
                       legend=dict(orientation="h", y=-0.18), margin=dict(l=70, r=20, t=70, b=60))
     fig.update_xaxes(title_text="the study's Table I layer")
     fig.update_yaxes(title_text="copy in + forward + copy out (ms)", type="log")
+    return fig
+
+
+def channel_share_figure(series: Sequence[tuple[str, Sequence[dict]]],
+                         marks: Iterable[tuple[int, str]] = (),
+                         title: str = "Conv2's estimated copy share against its input channels",
+                         note: str = "ESTIMATE, not measured") -> go.Figure:
+    """Estimated copy share (%) against input channels C (log axis), one line per machine.
+
+    Args:
+        series: (label, rows) pairs; rows from
+            :func:`helpers.experiments.transfer_model.estimate_channels` (``c`` and
+            ``copy_share`` in 0..1), e.g. one pair per (GPU, link).
+        marks: (C, label) vertical lines, e.g. the channel count the workbook chose.
+        title: the figure title. note: a second line (say "estimate" and the assumptions).
+
+    Returns:
+        The figure; a message figure when no series has rows.
+
+    Source: the study's Table I (which gives no channels) and Figure 7.
+    """
+    series = [(label, list(rows)) for label, rows in series if rows]
+    if not series:
+        return message_figure("No estimate to draw")
+    fig = go.Figure()
+    for n, (label, rows) in enumerate(series):
+        rows.sort(key=lambda r: r["c"])
+        fig.add_trace(go.Scatter(
+            x=[r["c"] for r in rows], y=[100 * r["copy_share"] for r in rows],
+            mode="lines+markers", name=label,
+            line=dict(color=_SERIES_COLORS[n % len(_SERIES_COLORS)], width=2),
+            hovertemplate="C = %{x}: copies %{y:.1f} %<extra>" + label + "</extra>"))
+    cs = [r["c"] for _, rows in series for r in rows]
+    for c, label in marks:  # on a log axis annotations take log10(x), shapes take x itself
+        fig.add_vline(x=c, line=dict(color=COLORS["peak"], dash="dot", width=1))
+        fig.add_annotation(x=math.log10(c), y=102, text=label, showarrow=False,
+                           xanchor="left", font=dict(size=11))
+    layout(fig, f"{title}<br><sup>{note}</sup>", "input channels C", "copies, % of step time",
+           log_x=True, log_y=False)
+    fig.update_xaxes(range=[math.log10(min(cs)) - 0.1, math.log10(max(cs)) + 0.1])
+    fig.update_yaxes(range=[0, 108])
+    fig.update_layout(margin=dict(l=70, r=20, t=80, b=60))
     return fig

@@ -1,14 +1,14 @@
 """Three CNNs of increasing depth for notebook 09, as torch modules (NCHW float32 inputs).
 
-:data:`MODELS` holds ``"small"`` (:class:`SmallCNN`, the V100 review's cat-and-dog CNN, 5 weight
-layers), ``"vgg"`` (:class:`VGGStyle`, VGG-11's layout at scaled widths with batch
-normalisation, 11) and ``"resnet20"`` (:func:`resnet20`, He et al.'s CIFAR-10 ResNet, 20, about
+:data:`MODELS` holds ``"small"`` (:class:`SmallCNN`, a cat-and-dog CNN in the Keras tutorial's
+layout, 5 weight layers), ``"vgg"`` (:class:`VGGStyle`, VGG-11's layout at scaled widths with
+batch normalisation, 11) and ``"resnet20"`` (:func:`resnet20`, He et al.'s CIFAR-10 ResNet, 20, about
 0.27 million parameters for CIFAR-10). Every model takes ``(N, in_channels, S, S)`` float32 and
 returns logits ``(N, num_classes)``; :func:`build` makes one with seeded weights, and
 :func:`parameter_count`, :func:`weight_layers` and :func:`forward_flops` describe it.
 
 Sources: F. Chollet, "Building powerful image classification models using very little data"
-(Keras blog, 2016), as trained in the V100 review; K. Simonyan, A. Zisserman, ICLR 2015
+(Keras blog, 2016), close to the network the V100 review trained; K. Simonyan, A. Zisserman, ICLR 2015
 (Table 1, configuration A); S. Ioffe, C. Szegedy, "Batch Normalization", ICML 2015; K. He,
 X. Zhang, S. Ren, J. Sun, "Deep Residual Learning for Image Recognition", CVPR 2016 (Section 4.2).
 """
@@ -35,7 +35,7 @@ def _check(in_channels, num_classes, image_size, min_size):
 
 
 class SmallCNN(nn.Module):
-    """The V100 review's small cat-and-dog CNN (the Keras tutorial's), for any input size.
+    """A small cat-and-dog CNN in the Keras tutorial's layout, for any input size.
 
     Layers: [conv 3x3 (padding 1) -> ReLU -> max-pool 2x2] with 32, 32, 64 filters; flatten;
     dense 64 -> ReLU -> dropout 0.5; dense ``num_classes``. The Keras original uses unpadded
@@ -52,7 +52,8 @@ class SmallCNN(nn.Module):
     Raises:
         ValueError: an argument outside its range.
 
-    Source: Chollet (Keras blog, 2016), as trained in the V100 review.
+    Source: Chollet (Keras blog, 2016). The V100 review started from a Keras example of this
+    kind and changed it (a third convolution block, more filters, dropout).
     """
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32):
@@ -220,7 +221,7 @@ class ModelSpec:
 #: The models, shallowest first.
 MODELS: dict[str, ModelSpec] = {
     "small": ModelSpec("small", "small CNN (cat-and-dog)", 5, SmallCNN, 8,
-                       "Chollet 2016 (Keras blog), as in the V100 review"),
+                       "Chollet 2016 (Keras blog)"),
     "vgg": ModelSpec("vgg", "VGG-11 style (BN, width 32)", 11, VGGStyle, 16,
                      "Simonyan & Zisserman 2015, configuration A"),
     "resnet20": ModelSpec("resnet20", "ResNet-20", 20, resnet20, 8,
