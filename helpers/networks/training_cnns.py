@@ -2,15 +2,16 @@
 
 :data:`MODELS` holds ``"small"`` (:class:`SmallCNN`, a cat-and-dog CNN in the Keras tutorial's
 layout, 5 weight layers), ``"vgg"`` (:class:`VGGStyle`, VGG-11's layout at scaled widths with
-batch normalisation, 11) and ``"resnet20"`` (:func:`resnet20`, He et al.'s CIFAR-10 ResNet, 20, about
-0.27 million parameters for CIFAR-10). Every model takes ``(N, in_channels, S, S)`` float32 and
-returns logits ``(N, num_classes)``; :func:`build` makes one with seeded weights, and
+batch normalisation, 11) and ``"resnet20"`` (:func:`resnet20`, He et al.'s CIFAR-10 ResNet, 20,
+about 0.27 million parameters for CIFAR-10). Every model takes ``(N, in_channels, S, S)``
+float32 and returns logits ``(N, num_classes)``; :func:`build` makes one with seeded weights, and
 :func:`parameter_count`, :func:`weight_layers` and :func:`forward_flops` describe it.
 
 Sources: F. Chollet, "Building powerful image classification models using very little data"
-(Keras blog, 2016), close to the network the V100 review trained; K. Simonyan, A. Zisserman, ICLR 2015
-(Table 1, configuration A); S. Ioffe, C. Szegedy, "Batch Normalization", ICML 2015; K. He,
-X. Zhang, S. Ren, J. Sun, "Deep Residual Learning for Image Recognition", CVPR 2016 (Section 4.2).
+(Keras blog, 2016), close to the network the V100 review trained; K. Simonyan, A. Zisserman,
+ICLR 2015 (Table 1, configuration A); S. Ioffe, C. Szegedy, "Batch Normalization", ICML 2015;
+K. He, X. Zhang, S. Ren, J. Sun, "Deep Residual Learning for Image Recognition", CVPR 2016
+(Section 4.2).
 """
 
 from __future__ import annotations
