@@ -5,9 +5,9 @@ resources per block (threads, registers per thread, shared memory per block) the
 how many blocks fit at once, and the *theoretical occupancy* is the resident warps over the
 SM's maximum. Four limits apply (blocks, warps, registers, shared memory; see
 :func:`occupancy`), and the smallest wins. :func:`warps_limited_by_registers` works the study's
-example: cuda-convnet2's 116 registers per thread on the K40c leave 17 active warps of 64.
-Per-SM limits by compute capability are in :data:`SM_LIMITS`. Units: registers are 32-bit
-registers, shared memory is bytes.
+example: cuda-convnet2's 116 registers per thread on the K40c leave 16 active warps of 64
+(the study, dividing the whole register file, reports 17). Per-SM limits by compute capability
+are in :data:`SM_LIMITS`. Units: registers are 32-bit registers, shared memory is bytes.
 
 Source: Li et al., ICPP 2016, Section V-C, Figure 6 and Table II; NVIDIA CUDA C Programming
 Guide, "Compute Capabilities" (technical specifications) and the CUDA Occupancy Calculator.
@@ -35,6 +35,8 @@ class SmLimits:
         smem_per_sm: bytes of shared memory per SM (largest carve-out).
         max_smem_per_block: bytes one block may use. smem_alloc_unit: allocation unit in bytes.
         smem_reserved_per_block: bytes the system reserves per block (1 KB from CC 8.0).
+        reg_sub_partitions: the register file is split evenly among this many sub-partitions
+            (one per warp scheduler; 4 from CC 3.0), and a warp's registers come from one.
     """
 
     cc: str
@@ -50,6 +52,7 @@ class SmLimits:
     max_smem_per_block: int
     smem_alloc_unit: int
     smem_reserved_per_block: int = 0
+    reg_sub_partitions: int = 4
 
 
 _KB = 1024
@@ -128,15 +131,26 @@ def _round_up(value: int, unit: int) -> int:
     return math.ceil(value / unit) * unit
 
 
+def _warps_by_registers(lim: SmLimits, regs_per_warp: int) -> int:
+    """Warps one SM's register file holds: each sub-partition holds whole warps."""
+    per_partition = lim.regs_per_sm // lim.reg_sub_partitions
+    return (per_partition // regs_per_warp) * lim.reg_sub_partitions
+
+
 def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
-    """Warps per SM that the register file alone allows: ``floor(regs_per_sm / (ceil(regs *
-    32 / unit) * unit))``, capped at the SM's maximum warps.
+    """Warps per SM that the register file alone allows, capped at the SM's maximum warps.
+
+    A warp needs ``ceil(regs * 32 / unit) * unit`` registers, all from one of the SM's
+    ``reg_sub_partitions`` equal parts of the register file, so each part holds
+    ``floor((regs_per_sm / parts) / per_warp)`` warps (the CUDA Occupancy Calculator's rule).
 
     The study's example (Section V-C, Table II): cuda-convnet2's kernel uses 116 registers per
-    thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers, and
-    the SM's 65,536 registers hold ``floor(65536 / 3840) = 17`` such warps: 17 active warps of
-    64, a theoretical occupancy of 26.6 % at best. The study measured 14-22 % (Figure 6) and
-    relates it mainly to cuda-convnet2's use of registers and shared memory.
+    thread on the K40c. A warp then needs ``ceil(116 * 32 / 256) * 256 = 3,840`` registers. The
+    study divides the whole file, ``65536 / 116 = 564`` threads, and reports 17 active warps;
+    each of the 4 sub-partitions of 16,384 registers holds ``floor(16384 / 3840) = 4`` such
+    warps, so the SM holds 16 of 64: a theoretical occupancy of 25 % at best. The study measured
+    14-22 % (Figure 6) and relates it mainly to cuda-convnet2's use of registers and shared
+    memory.
 
     Raises:
         ValueError: unknown GPU, or registers outside 1..max_regs_per_thread.
@@ -146,7 +160,7 @@ def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
         raise ValueError(f"regs_per_thread must be in 1..{lim.max_regs_per_thread}, "
                          f"got {regs_per_thread}")
     per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
-    return min(lim.regs_per_sm // per_warp, lim.max_warps)
+    return min(_warps_by_registers(lim, per_warp), lim.max_warps)
 
 
 def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
@@ -159,7 +173,10 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
     2. **warps** (threads): at most ``max_warps`` resident warps, a block of T threads taking
        ``ceil(T / 32)`` warps;
     3. **registers**: each warp's registers are allocated in units of ``reg_alloc_unit``
-       (``ceil(regs * 32 / 256) * 256``), from a register file of ``regs_per_sm``;
+       (``ceil(regs * 32 / 256) * 256``) from one of ``reg_sub_partitions`` equal parts of the
+       ``regs_per_sm`` register file, so the SM holds :func:`warps_limited_by_registers` warps;
+       a block may not ask for more than ``max_regs_per_block``, counted with its warps
+       rounded up to a multiple of the sub-partitions (the hardware's check);
     4. **shared memory**: each block's shared memory (plus a per-block reservation on compute
        capability 8.0 and later) is allocated in units of ``smem_alloc_unit``, from
        ``smem_per_sm`` bytes.
@@ -192,10 +209,10 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
         raise ValueError(f"smem_per_block must be >= 0 bytes, got {smem_per_block}")
     warps = math.ceil(threads_per_block / 32)
     regs_per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
-    if regs_per_warp * warps > lim.max_regs_per_block:
+    if regs_per_warp * _round_up(warps, lim.reg_sub_partitions) > lim.max_regs_per_block:
         by_regs = 0
     else:
-        by_regs = (lim.regs_per_sm // regs_per_warp) // warps
+        by_regs = _warps_by_registers(lim, regs_per_warp) // warps
     if smem_per_block > lim.max_smem_per_block:
         by_smem = 0
     elif smem_per_block == 0:
@@ -217,9 +234,12 @@ def launch_refusal(r: Occupancy, gpu: str) -> str:
     """Why a block of ``r`` (an :func:`occupancy` result with no active block) cannot run on
     an SM of ``gpu`` (a display name), in a sentence that names the limit and the fix."""
     lim = r.limits
-    regs_block = _round_up(r.regs_per_thread * 32, lim.reg_alloc_unit) * r.warps_per_block
+    counted = _round_up(r.warps_per_block, lim.reg_sub_partitions)
+    regs_block = _round_up(r.regs_per_thread * 32, lim.reg_alloc_unit) * counted
     if r.blocks_by["registers"] == 0:
-        return (f"This block cannot launch on {gpu}: {r.warps_per_block} warps x "
+        rounded = (f" (counted as {counted}, a multiple of the {lim.reg_sub_partitions} "
+                   f"register sub-partitions)" if counted != r.warps_per_block else "")
+        return (f"This block cannot launch on {gpu}: {r.warps_per_block} warps{rounded} x "
                 f"{r.regs_per_thread} registers per thread need {regs_block:,} registers, "
                 f"but a block may have at most {lim.max_regs_per_block:,}. Use fewer threads "
                 f"per block or fewer registers per thread.")

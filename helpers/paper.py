@@ -122,11 +122,11 @@ STUDY_TABLE_II: list[dict] = [
 #: The study's Figure 6 (nvprof metrics on the K40c, Section V-C), in words, as it reports them.
 STUDY_FIGURE_6: dict[str, str] = {
     "achieved occupancy": "mostly under 30 %; cuda-convnet2 14-22 % (116 registers per thread: "
-                          "17 active warps of 64)",
+                          "17 active warps of 64, by the study's count)",
     "global load efficiency": "under 20 % for most implementations; Theano-CorrMM 11.64-15.79 %",
     "global store efficiency": "under 60 % for most implementations",
-    "shared memory efficiency": "lowest for Theano-fft (8.16-20 %); cuDNN over 130 % in most "
-                                "cases",
+    "shared memory efficiency": "lowest for Theano-fft (8.16-20 %); of the unrolling libraries, "
+                                "cuDNN highest, over 130 % in most cases",
     "warp execution efficiency": "above 97 %, except Theano-fft (66-81 %)",
 }
 

@@ -7,14 +7,32 @@ import pytest
 from helpers.occupancy import SM_LIMITS, limits_for, occupancy, warps_limited_by_registers
 
 
-def test_the_studys_example_116_registers_on_a_k40c_give_17_warps():
-    # 116 * 32 = 3,712 registers a warp, allocated in units of 256: 3,840.
-    # 65,536 // 3,840 = 17 warps of the SM's 64 (Section V-C).
-    assert warps_limited_by_registers("K40c", 116) == 17
+def test_the_studys_example_116_registers_on_a_k40c_give_16_warps_not_17():
+    # 116 * 32 = 3,712 registers a warp, allocated in units of 256: 3,840. Dividing the whole
+    # file, 65,536 // 3,840 = 17 (the study's count, Section V-C); but each of the 4
+    # sub-partitions of 16,384 holds 16,384 // 3,840 = 4 warps: 16 of the SM's 64.
+    assert warps_limited_by_registers("K40c", 116) == 16
+    assert warps_limited_by_registers("H100", 116) == 16
+
+
+def test_register_sub_partitions_matter_only_where_the_division_leaves_a_remainder():
+    # 64 registers: 2,048 a warp; 16,384 // 2,048 = 8 per part, 32 in all = 65,536 // 2,048.
+    assert warps_limited_by_registers("K40c", 64) == 32
+    # 72 registers: 2,304 a warp; whole file 28, per part 7 x 4 = 28; 80: 2,560, 25 vs 6 x 4 = 24.
+    assert warps_limited_by_registers("K40c", 72) == 28
+    assert warps_limited_by_registers("K40c", 80) == 24
+
+
+def test_a_block_of_17_warps_at_116_registers_cannot_launch():
+    # 17 * 3,840 = 65,280 registers fit the 65,536 a block may have, but the hardware counts a
+    # block's warps rounded up to the 4 sub-partitions: 20 * 3,840 = 76,800 > 65,536.
+    occ = occupancy("K40c", 544, 116)
+    assert occ.active_blocks == 0 and occ.limiter == "registers"
+    assert occupancy("K40c", 512, 116).active_warps == 16   # 16 warps: 61,440 registers
 
 
 def test_k40c_128_threads_116_registers():
-    # 4 warps a block; 17 warps fit by registers -> 4 blocks -> 16 warps = 25 %.
+    # 4 warps a block; 16 warps fit by registers -> 4 blocks -> 16 warps = 25 %.
     occ = occupancy("K40c", 128, 116)
     assert occ.warps_per_block == 4
     assert occ.blocks_by == {"blocks": 16, "warps": 16, "registers": 4, "shared memory": 16}

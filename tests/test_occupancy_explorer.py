@@ -39,21 +39,24 @@ def _marker(ex):
 
 
 def test_the_studys_example_on_a_k40c(explorer):
-    # 116 registers: the register file alone holds 17 warps (Section V-C). In whole blocks of
-    # 128 threads (4 warps) that is 4 blocks = 16 warps.
+    # 116 registers: the register file alone holds 16 warps (4 in each of its 4 parts; the
+    # study's division of the whole file gives 17, Section V-C). In whole blocks of 128 threads
+    # (4 warps) that is 4 blocks = 16 warps.
     assert _shows_chart(explorer)
-    assert explorer.register_warps == 17
+    assert explorer.register_warps == 16
     r = explorer.result
     assert (r.active_blocks, r.active_warps, r.limiter) == (4, 16, "registers")
-    assert "<b>17 warps</b>" in explorer.summary.value
+    assert "<b>16 warps</b>" in explorer.summary.value
     assert "16 of 64 warps" in explorer.summary.value
     assert list(_marker(explorer).x) == [116] and list(_marker(explorer).y) == [25.0]
 
 
-def test_one_block_of_17_warps_gives_the_studys_17(plain):
-    plain.threads.value = 544  # 17 warps in one block: 17 * 3,840 = 65,280 registers
-    assert plain.result.active_warps == 17 and plain.result.active_blocks == 1
-    assert plain.result.occupancy == pytest.approx(17 / 64)
+def test_one_block_of_17_warps_cannot_launch_and_says_why(plain):
+    plain.threads.value = 544  # 17 warps, counted as 20 by the hardware: 76,800 registers
+    assert plain.result is None and plain.body.children[0] is plain.message
+    assert "counted as 20" in plain.message_text and "76,800" in plain.message_text
+    plain.threads.value = 512  # 16 warps in one block: 61,440 registers
+    assert plain.result.active_warps == 16 and plain.result.active_blocks == 1
 
 
 def test_table_ii_shared_memory_limits_cuda_convnet2_further(plain):
@@ -135,7 +138,7 @@ def test_the_figure_function_directly():
     fig = nb07_inside_the_gpu.occupancy_curve_figure("K40c", 128, 116)
     y = list(fig.data[0].y)
     assert y[0] == 100.0            # 1 register: 16 blocks of 4 warps = all 64 warps
-    assert y[115] == 25.0           # 116 registers: 17 warps by registers -> 4 blocks of 4
+    assert y[115] == 25.0           # 116 registers: 16 warps by registers -> 4 blocks of 4
     assert y[-1] == 12.5            # 255 registers: 8 warps by registers -> 2 blocks of 4
     with pytest.raises(ValueError, match="vary"):
         nb07_inside_the_gpu.occupancy_curve_figure("K40c", 128, 116, vary="x")

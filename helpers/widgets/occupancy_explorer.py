@@ -21,7 +21,8 @@ class OccupancyExplorer(_Explorer):
     a dropdown picks the study's K40c or one of today's GPUs (:data:`helpers.occupancy.GPU_ARCH`,
     plus this machine's GPU where there is one). The summary gives the active blocks and warps,
     the theoretical occupancy, the resource that limits it, what each resource alone allows,
-    and the warps the register file alone holds (the study's "116 registers: 17 warps"). The
+    and the warps the register file alone holds (the study's "116 registers: 17 warps"; 16 by the
+    hardware's per-sub-partition rule). The
     chart draws occupancy against registers per thread (or threads per block) with the current
     configuration marked. Everything is calculated by :func:`helpers.occupancy.occupancy`;
     nothing here is measured.
@@ -145,6 +146,7 @@ class OccupancyExplorer(_Explorer):
             return
         lim = r.limits
         per_warp = math.ceil(regs * 32 / lim.reg_alloc_unit) * lim.reg_alloc_unit
+        part = lim.regs_per_sm // lim.reg_sub_partitions
         allows = ", ".join(f"{k} {v}" for k, v in r.blocks_by.items())
         lines = [
             f"<b>{r.active_blocks} blocks x {r.warps_per_block} warps = {r.active_warps} of "
@@ -152,9 +154,10 @@ class OccupancyExplorer(_Explorer):
             f"<b>{html.escape(r.limiter)}</b>.",
             f"Blocks per SM each resource allows: {html.escape(allows)}.",
             f"Register file alone: {regs} registers x 32 threads = {regs * 32:,}, allocated as "
-            f"{per_warp:,} a warp; {lim.regs_per_sm:,} // {per_warp:,} = "
-            f"{lim.regs_per_sm // per_warp} warps, at most {lim.max_warps}: "
-            f"<b>{reg_warps} warps</b>.",
+            f"{per_warp:,} a warp; each of its {lim.reg_sub_partitions} sub-partitions of "
+            f"{part:,} holds {part // per_warp}, so {part // per_warp} x "
+            f"{lim.reg_sub_partitions} = {part // per_warp * lim.reg_sub_partitions} warps, at "
+            f"most {lim.max_warps}: <b>{reg_warps} warps</b>.",
         ]
         self.summary.value = ("<div style='padding:0.4em 0.6em;line-height:1.5'>"
                               + "<br>".join(lines) + "</div>")
