@@ -8,6 +8,7 @@ Notebooks load them to show GPU curves on machines without a GPU, labelled with 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import datetime as _dt
@@ -66,6 +67,57 @@ class Dataset:
 def slug(text: str) -> str:
     """File-name-safe lower-case form of a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _unwritable(path: pathlib.Path, folder: bool) -> str | None:
+    if path.exists():
+        if folder and not path.is_dir():
+            return "it exists and is not a folder"
+        if not folder and path.is_dir():
+            return "it is a folder, not a file"
+        if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+            return "permission denied"
+        return None
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"no permission to create it in {ancestor}"
+    return None
+
+
+def writable_folder(path: str) -> pathlib.Path:
+    """``path`` as a folder results can be saved to (created later by :func:`save`).
+
+    For an ``--out FOLDER`` option (``type=writable_folder``), so that a command refuses an
+    unwritable folder before it measures anything, not after.
+
+    Raises:
+        argparse.ArgumentTypeError: the path is a file, lies under a file, or cannot be
+            written; the message names the path and the reason.
+    """
+    p = pathlib.Path(path).expanduser()
+    reason = _unwritable(p, folder=True)
+    if reason:
+        raise argparse.ArgumentTypeError(f"cannot save results to {path!r}: {reason}")
+    return p
+
+
+def writable_file(path: str) -> pathlib.Path:
+    """``path`` as a file that can be written (its folder is created later if missing).
+
+    For an ``--out FILE`` option; see :func:`writable_folder`.
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`writable_folder`, or the path is a folder.
+    """
+    p = pathlib.Path(path).expanduser()
+    reason = _unwritable(p, folder=False)
+    if reason:
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}: {reason}")
+    return p
 
 
 def save(name: str, rows: list[dict], *, command: str | None = None,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -218,3 +221,44 @@ def test_save_adds_extra_fields_but_never_over_the_provenance(tmp_path):
     with pytest.raises(ValueError, match=r"extra may not set \['date'\]"):
         results.save("y", [{"a": 1}], directory=tmp_path, extra={"date": "never"})
     assert not (tmp_path / "y.csv").exists()
+
+
+def test_writable_folder_and_file_refuse_paths_that_cannot_be_written(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert results.writable_folder(str(tmp_path / "new" / "deeper")) == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists(), "checking must not create the folder"
+    assert results.writable_file(str(tmp_path / "x.csv")) == tmp_path / "x.csv"
+    for call, path, reason in [
+            (results.writable_folder, a_file, "exists and is not a folder"),
+            (results.writable_folder, a_file / "sub", "is not a folder"),
+            (results.writable_file, tmp_path, "is a folder"),
+            (results.writable_file, a_file / "x.csv", "is not a folder")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=reason):
+            call(str(path))
+
+
+COMMANDS_WITH_OUT = [
+    ("sweep", ["--preset", "smoke", "--out", "{bad}/sweep.csv"]),
+    ("conv_bench", ["--quick", "--save", "--out", "{bad}"]),
+    ("hotspots", ["--save", "--out", "{bad}"]),
+    ("kernel_resources", ["--save", "--out", "{bad}"]),
+    ("memory_access", ["--save", "--out", "{bad}"]),
+    ("phases", ["--save", "--out", "{bad}"]),
+    ("training_throughput", ["--quick", "--save", "--out", "{bad}"]),
+    ("transfers", ["--save", "--out", "{bad}"]),
+    ("gpu_reference", ["--out", "{bad}"]),
+]
+
+
+@pytest.mark.parametrize("module,argv", COMMANDS_WITH_OUT, ids=[m for m, _ in COMMANDS_WITH_OUT])
+def test_an_unwritable_out_is_refused_before_anything_is_measured(module, argv, tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    main = importlib.import_module(f"helpers.experiments.{module}").main
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(bad=a_file / "sub") for a in argv])
+    assert exc.value.code == 2
+    assert time.perf_counter() - start < 2.0
+    assert "--out" in capsys.readouterr().err

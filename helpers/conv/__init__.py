@@ -18,6 +18,7 @@ Source: Li et al., ICPP 2016, Section II-B (the three strategies) and Figures 3-
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -25,11 +26,12 @@ import torch
 
 from helpers.conv import direct, fft, reference, unroll
 from helpers.conv.config import ConvConfig
-from helpers.device import backend, memory
+from helpers.device import backend, host, memory
 from helpers.device.arrays import cuda_device, to_torch
 
 __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",
-           "simulator_refusal", "SIMULATOR_MAX_MACS", "memory_report"]
+           "simulator_refusal", "memory_refusal", "SIMULATOR_MAX_MACS",
+           "memory_report"]
 
 #: Simulator budget: interpreted multiply-adds per call (the simulator manages ~1e5-1e6 a second).
 SIMULATOR_MAX_MACS = 400_000
@@ -182,6 +184,8 @@ def simulator_refusal(strategy: Strategy, cfg: ConvConfig, backward: bool = Fals
         return (f"about {macs:,} multiply-adds would take the CUDA simulator roughly "
                 f"{macs / 2e5:.0f} s or more; without a GPU keep CUDA-path layers under "
                 f"{SIMULATOR_MAX_MACS:,} multiply-adds, or use device='cpu'")
+    if strategy.name == "im2col-tiled":
+        return unroll.tiled_simulator_refusal(cfg, backward)
     return None
 
 
@@ -201,16 +205,86 @@ def _check_array(name: str, a) -> None:
         raise ValueError(f"{name} must be a NumPy array or a torch tensor, got {type(a).__name__}")
 
 
-def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, backward: bool):
-    if strategy not in STRATEGIES:
+def _check_strategy(strategy) -> Strategy:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    return STRATEGIES[strategy]
+
+
+def _check_device(device) -> None:
+    if not isinstance(device, str) or device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r} (or None: x's device)")
+
+
+def _available_bytes(device: str) -> int:
+    if device == "cuda" and backend.MODE == "gpu":
+        free, _ = torch.cuda.mem_get_info()
+        return int(free)
+    return host.ram_available_bytes()
+
+
+#: Calls estimated below this many bytes are not checked against the free memory.
+_ALWAYS_FITS = 64 * 2**20
+
+
+def memory_refusal(strategy: str, cfg: ConvConfig, device: str = "cpu",
+                   backward: bool = False) -> str | None:
+    """The reason one call would not fit in the memory free on ``device``, or None.
+
+    The estimate, in float32 bytes: the zero-padded input and the output (for ``backward``,
+    also dy, dx and dw), plus the strategy's analytic workspace where it is known
+    (:meth:`Strategy.workspace_bytes`). The padded input and output are checked first, so an
+    absurd padding is refused without computing anything that grows with it. The memory free
+    is the available RAM (CPU, and the CUDA simulator), or the free GPU memory.
+
+    Raises:
+        ValueError: an unknown strategy or device; ``cfg`` not a :class:`ConvConfig`.
+    """
+    strat = _check_strategy(strategy)
+    _check_device(device)
+    if not isinstance(cfg, ConvConfig):
+        raise ValueError(f"cfg must be a ConvConfig, got {type(cfg).__name__}")
+    padded = cfg.n * cfg.c * (cfg.h + 2 * cfg.pad_h) * (cfg.w + 2 * cfg.pad_w)
+    tensors = padded + math.prod(cfg.y_shape)
+    if backward:
+        tensors += math.prod(cfg.y_shape) + math.prod(cfg.x_shape) + math.prod(cfg.w_shape)
+    need = 4 * tensors
+    what = "padded input and output" + (", dy, dx and dw" if backward else "")
+    if need <= _ALWAYS_FITS:
+        workspace = strat.workspace_bytes(cfg, backward) or 0
+        if need + workspace <= _ALWAYS_FITS:
+            return None  # small: not worth reading the free memory on every call
+    limit = _available_bytes(device)
+    if need <= limit:
+        workspace = strat.workspace_bytes(cfg, backward) or 0
+        need += workspace
+        what += " plus the workspace" if workspace else ""
+    if need > limit:
+        return (f"{strategy} would need about {need / 2**30:,.1f} GiB ({what}), more than the "
+                f"{limit / 2**30:,.1f} GiB free on {device}; choose a smaller batch, input, padding "
+                f"or number of filters")
+    return None
+
+
+def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, backward: bool):
+    strat = _check_strategy(strategy)
+    if device is not None:
+        _check_device(device)
     for name, a in arrays.items():
         _check_array(name, a)
     x, w = arrays["x"], arrays["w"]
     cfg = ConvConfig.from_shapes(x.shape, w.shape, stride, padding)
+    if "dy" in arrays and tuple(arrays["dy"].shape) != cfg.y_shape:
+        raise ValueError(f"dy must have the output's shape {cfg.y_shape} (from x, w, stride "
+                             f"{cfg.stride_h, cfg.stride_w} and padding {cfg.pad_h, cfg.pad_w}), "
+                             f"got "
+                         f"{tuple(arrays['dy'].shape)}")
     if device is None:
         device = "cuda" if isinstance(x, torch.Tensor) and x.is_cuda else "cpu"
-    strat = STRATEGIES[strategy]
+    reason = memory_refusal(strategy, cfg, device, backward)
+    if reason:
+        raise ValueError(f"x, w and padding {cfg.pad_h, cfg.pad_w} give a layer too large: "
+                         f"{reason}")
     reason = strat.supports(cfg, device)
     if reason:
         raise ValueError(f"{strategy} cannot compute this convolution on {device}: {reason}")
@@ -240,10 +314,11 @@ def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str |
     """Forward convolution ``y = x (*) w`` by one of :data:`STRATEGIES`.
 
     Args:
-        x: input (N, C, H, W), NumPy array or torch tensor, floating point.
+        x: input (N, C, H, W), NumPy array or torch tensor, floating point (a tensor that
+            requires grad is read through ``detach()``; no gradient is recorded).
         w: filters (K, C, R, S), same kinds accepted.
-        stride: int or (h, w) pair, each >= 1.
-        padding: int or (h, w) pair of zero padding, each >= 0.
+        stride: int or (h, w) pair (tuple, list, NumPy array or tensor of integers), each >= 1.
+        padding: int or (h, w) pair of zero padding, each >= 0. Both at most 2**31 - 1.
         strategy: a key of :data:`STRATEGIES`.
         device: ``"cpu"`` or ``"cuda"``; default ``"cuda"`` for a CUDA tensor, else
             ``"cpu"``. ``"cuda"`` runs the CUDA kernels on the GPU or, without one, in the
@@ -257,7 +332,9 @@ def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str |
         ValueError: non-4-D arrays, channel mismatch, an empty dimension, kernel larger than the
             padded input, stride < 1, padding < 0, non-float data, unknown strategy or device,
             a configuration the strategy does not support (with the reason), non-finite input to
-            a strategy that cannot handle it, or a layer too large for the CUDA simulator.
+            a strategy that cannot handle it, a layer too large for the CUDA simulator, or one
+            whose estimated memory exceeds what the device has free (:func:`memory_refusal`).
+            Every check runs before anything is converted or allocated but the finite check.
     """
     strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w}, stride, padding, False)
     return _like(strat.forward(t["x"], t["w"], cfg, device), x)
@@ -279,8 +356,6 @@ def conv2d_backward(x, w, dy, stride=1, padding=0, strategy: str = "reference",
     """
     strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w, "dy": dy}, stride,
                                      padding, True)
-    if tuple(t["dy"].shape) != cfg.y_shape:
-        raise ValueError(f"dy must have the output's shape {cfg.y_shape}, got {tuple(t['dy'].shape)}")
     dx, dw = strat.backward(t["x"], t["w"], t["dy"], cfg, device)
     return _like(dx, x), _like(dw, x)
 
@@ -302,13 +377,23 @@ def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: 
         outputs and short-lived copies, so read it beside the analytic workspace.
 
     Raises:
-        ValueError: as :func:`conv2d`.
+        ValueError: as :func:`conv2d` (before any allocation), an unknown device, ``backward``
+            not a bool, ``seed`` not an integer >= 0.
     """
-
+    strat = _check_strategy(strategy)
+    _check_device(device)
+    if not isinstance(backward, bool):
+        raise ValueError(f"backward must be True or False, got {backward!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     cfg = config_for(x_shape, w_shape, stride, padding)
-    strat = STRATEGIES.get(strategy)
-    if strat is None:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    reason = memory_refusal(strategy, cfg, device, backward)
+    if reason:
+        raise ValueError(f"x_shape, w_shape and padding give a layer too large: {reason}")
+    reason = strat.supports(cfg, device) or (
+        simulator_refusal(strat, cfg, backward) if device == "cuda" else None)
+    if reason:
+        raise ValueError(f"{strategy} cannot compute this convolution on {device}: {reason}")
     rng = np.random.default_rng(seed)
     where = torch.device("cuda") if device == "cuda" and backend.MODE == "gpu" else torch.device("cpu")
     x = torch.from_numpy(rng.standard_normal(cfg.x_shape, dtype=np.float32)).to(where)

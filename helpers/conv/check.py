@@ -9,23 +9,51 @@ float64, with its autograd for the backward pass.
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 import torch
 
-from helpers.conv import STRATEGIES, config_for, conv2d, conv2d_backward
+from helpers.conv import (
+    STRATEGIES,
+    _check_array,
+    config_for,
+    conv2d,
+    conv2d_backward,
+    memory_refusal,
+)
 from helpers.device import backend
 
 __all__ = ["reference", "reference_backward", "rel_error", "TOLERANCE", "DEFAULT_TOLERANCE",
-           "check", "main"]
+           "check", "main", "CHECK_MAX_BYTES"]
 
 #: Relative error accepted (the FFT's round-off is larger: transforms of the whole plane).
 TOLERANCE = {"fft": 1e-3}
 DEFAULT_TOLERANCE = 1e-4
+#: The largest x + y (float32 bytes) :func:`check` accepts: it runs every strategy.
+CHECK_MAX_BYTES = 64 * 2**20
 
 
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
+_NO_DY = object()
+
+
+def _validated(x, w, stride, padding, dy=_NO_DY):
+    """The stride and padding as pairs, after checking x, w (and dy) as :func:`conv2d` does."""
+    _check_array("x", x)
+    _check_array("w", w)
+    cfg = config_for(x.shape, w.shape, stride, padding)
+    reason = memory_refusal("reference", cfg, "cpu", backward=dy is not _NO_DY)
+    if reason:
+        raise ValueError(f"x, w and padding {cfg.pad_h, cfg.pad_w} give a layer too large: "
+                         f"{reason}")
+    if dy is not _NO_DY:
+        _check_array("dy", dy)
+        if tuple(dy.shape) != cfg.y_shape:
+            raise ValueError(f"dy must have the output's shape {cfg.y_shape} (from x, w, stride "
+                             f"{cfg.stride_h, cfg.stride_w} and padding {cfg.pad_h, cfg.pad_w}), "
+                             f"got "
+                             f"{tuple(dy.shape)}")
+    return (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
 
 
 def _f64(a, grad: bool = False) -> torch.Tensor:
@@ -42,11 +70,12 @@ def reference(x, w, stride=1, padding=0) -> np.ndarray:
         stride, padding: an int or an (h, w) pair.
 
     Raises:
-        RuntimeError: from torch, for shapes that do not fit (channel mismatch, kernel too large).
+        ValueError: as :func:`helpers.conv.conv2d` (shapes that do not fit, non-float data, a
+            bad stride or padding), naming the parameter.
     """
+    stride, padding = _validated(x, w, stride, padding)
     with torch.no_grad():
-        y = torch.nn.functional.conv2d(_f64(x), _f64(w), stride=_pair(stride),
-                                       padding=_pair(padding))
+        y = torch.nn.functional.conv2d(_f64(x), _f64(w), stride=stride, padding=padding)
     return y.numpy()
 
 
@@ -54,17 +83,33 @@ def reference_backward(x, w, dy, stride=1, padding=0) -> tuple[np.ndarray, np.nd
     """(dx, dw) of sum(conv2d(x, w) * dy) in float64: shapes of x (N, C, H, W) and w (K, C, R, S).
 
     Raises:
-        RuntimeError: from torch, for shapes that do not fit.
+        ValueError: as :func:`reference`, and dy's shape differing from (N, K, P, Q).
     """
+    stride, padding = _validated(x, w, stride, padding, dy)
     xt, wt = _f64(x, grad=True), _f64(w, grad=True)
-    y = torch.nn.functional.conv2d(xt, wt, stride=_pair(stride), padding=_pair(padding))
+    y = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding)
     y.backward(_f64(dy))
     return xt.grad.numpy(), wt.grad.numpy()
 
 
 def rel_error(got, ref) -> float:
-    """max |got - ref| / max |ref| (float64; ref all zeros counts as 1e-12)."""
+    """max |got - ref| / max |ref| (float64; ref all zeros counts as 1e-12).
+
+    Raises:
+        ValueError: got or ref not a non-empty NumPy array or tensor of numbers, or shapes
+            that differ (naming both).
+    """
+    for name, a in (("got", got), ("ref", ref)):
+        if not isinstance(a, (np.ndarray, torch.Tensor)) or a.dtype in (torch.bool, np.bool_):
+            raise ValueError(f"{name} must be a NumPy array or a torch tensor of numbers, got "
+                             f"{type(a).__name__}")
+        if isinstance(a, np.ndarray) and a.dtype.kind not in "fiuc":
+            raise ValueError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if tuple(got.shape) != tuple(ref.shape) or not np.prod(got.shape):
+        raise ValueError(f"got and ref must have the same non-empty shape, got "
+                         f"{tuple(got.shape)} and {tuple(ref.shape)}")
     got = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else got
+    ref = ref.detach().cpu().numpy() if isinstance(ref, torch.Tensor) else ref
     ref = np.asarray(ref, np.float64)
     return float(np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-12))
 
@@ -73,14 +118,24 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
           seed: int = 0) -> list[dict]:
     """Run every strategy on each device, forward and backward, against :func:`reference`.
 
+    Raises:
+        ValueError: as :func:`helpers.conv.config_for`; seed not an integer >= 0; x and y
+            over :data:`CHECK_MAX_BYTES`.
+
     Returns:
         One dict per (strategy, device): ``forward`` and ``backward`` relative errors, ``ok``
         (None where the strategy does not support the layer or device) and ``note``.
     """
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal(w_shape).astype(np.float32)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     cfg = config_for(x_shape, w_shape, stride, padding)
+    if 4 * (math.prod(cfg.x_shape) + math.prod(cfg.y_shape)) > CHECK_MAX_BYTES:
+        raise ValueError(f"x_shape {cfg.x_shape}, w_shape {cfg.w_shape} and padding "
+                         f"{cfg.pad_h, cfg.pad_w} are too large for the check (over "
+                         f"{CHECK_MAX_BYTES // 2**20} MiB); it is meant for small layers")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(cfg.x_shape).astype(np.float32)
+    w = rng.standard_normal(cfg.w_shape).astype(np.float32)
     dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
     y_ref = reference(x, w, stride, padding)
     dx_ref, dw_ref = reference_backward(x, w, dy, stride, padding)

@@ -11,27 +11,66 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-__all__ = ["ConvConfig", "pair"]
+import numpy as np
+import torch
+
+__all__ = ["ConvConfig", "pair", "MAX_STRIDE_OR_PADDING"]
 
 
-def pair(value, name: str, minimum: int) -> tuple[int, int]:
-    """An int or an (h, w) pair of ints, each >= ``minimum``, as a pair.
+#: The largest stride or padding accepted: 2**31 - 1, the range of the 32-bit index
+#: arithmetic in cuDNN and in the workbook's CUDA kernels.
+MAX_STRIDE_OR_PADDING = 2**31 - 1
+
+
+def _integer(value, name: str, what: str) -> int:
+    """``value`` as an int if it is an integer (Python, NumPy or a 0-d integer array/tensor),
+    else a ValueError naming ``name``; a bool or a float with no fractional part is refused."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        if value.ndim != 0:
+            raise ValueError(f"{name} must be {what}, got an array of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ValueError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    return operator.index(value)
+
+
+def pair(value, name: str, minimum: int, maximum: int = MAX_STRIDE_OR_PADDING) -> tuple[int, int]:
+    """An int or an (h, w) pair of ints, each in ``[minimum, maximum]``, as a pair.
+
+    Accepts Python and NumPy integers, a pair as a tuple, a list, a 2-element NumPy array or
+    tensor, and 0-d arrays or tensors.
 
     Raises:
-        ValueError: naming ``name`` and the valid range.
+        ValueError: naming ``name`` and the valid range (a non-integer, a bool, a pair of the
+            wrong length, a value out of range).
     """
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 1:
+        value = tuple(value.tolist())
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name} must be an int or an (h, w) pair, got {value!r}")
         h, w = value
     else:
         h = w = value
+    out = []
     for v in (h, w):
-        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        if int(v) < minimum:
+        v = _integer(v, name, f"an integer >= {minimum} or an (h, w) pair of them")
+        if v < minimum:
             raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(h), int(w)
+        if v > maximum:
+            raise ValueError(f"{name} must be at most {maximum:,} (32-bit index arithmetic), "
+                             f"got {value!r}")
+        out.append(v)
+    return out[0], out[1]
+
+
+def _shape(shape, name: str, symbols: str) -> tuple[int, int, int, int]:
+    if not isinstance(shape, (tuple, list, torch.Size)):
+        raise ValueError(f"{name} must be 4-D {symbols}: its shape must be a tuple of 4 "
+                         f"integers, got {shape!r} ({type(shape).__name__})")
+    if len(shape) != 4:
+        raise ValueError(f"{name} must be 4-D {symbols}, got shape {tuple(shape)}")
+    return tuple(_integer(v, f"{name}'s shape", "integers") for v in shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,17 +167,19 @@ class ConvConfig:
     def from_shapes(cls, x_shape, w_shape, stride=1, padding=0) -> "ConvConfig":
         """Validate shapes and hyper-parameters and return the config.
 
+        Args:
+            x_shape, w_shape: tuples (or lists, torch.Size) of 4 integers, NCHW and KCRS.
+            stride, padding: as :func:`pair` (stride >= 1, padding >= 0).
+
         Raises:
-            ValueError: x or w not 4-D; an empty dimension (batch, channels, filters, sizes);
-                channel mismatch; stride < 1; padding < 0; kernel larger than the padded input.
+            ValueError: x or w not 4-D or not integers; an empty dimension (batch, channels,
+                filters, sizes); channel mismatch; stride < 1; padding < 0; stride or padding over
+                :data:`MAX_STRIDE_OR_PADDING`; kernel larger than the padded input.
         """
-        x_shape, w_shape = tuple(x_shape), tuple(w_shape)
-        if len(x_shape) != 4:
-            raise ValueError(f"x must be 4-D (N, C, H, W), got shape {x_shape}")
-        if len(w_shape) != 4:
-            raise ValueError(f"w must be 4-D (K, C, R, S), got shape {w_shape}")
-        n, c, h, w = (int(v) for v in x_shape)
-        k, c2, r, s = (int(v) for v in w_shape)
+        x_shape = _shape(x_shape, "x", "(N, C, H, W)")
+        w_shape = _shape(w_shape, "w", "(K, C, R, S)")
+        n, c, h, w = x_shape
+        k, c2, r, s = w_shape
         for name, v in (("batch N", n), ("channels C", c), ("height H", h), ("width W", w),
                         ("filters K", k), ("kernel height R", r), ("kernel width S", s)):
             if v < 1:
@@ -151,5 +192,6 @@ class ConvConfig:
         if r > h + 2 * ph or s > w + 2 * pw:
             raise ValueError(
                 f"kernel {r}x{s} is larger than the padded input {h + 2 * ph}x{w + 2 * pw} "
-                f"(H={h}, W={w}, padding={ph, pw}); it must be at most the padded input size")
+                f"(x {x_shape}, w {w_shape}, padding {ph, pw}); it must be at most the padded "
+                f"input size")
         return cls(n, c, h, w, k, r, s, sh, sw, ph, pw)

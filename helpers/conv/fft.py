@@ -54,17 +54,27 @@ def next_fast_len(n: int) -> int:
     Raises:
         ValueError: n < 1.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    m = n
+    if isinstance(n, bool) or not hasattr(n, "__index__") or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    n = int(n)
+    # Every candidate is 2**a * 3**b * 5**c: for each 3**b * 5**c, double up to n; keep the
+    # least. O(log(n)**3) steps, however far apart the smooth numbers are.
+    best = None
+    p5 = 1
     while True:
-        k = m
-        for p in (2, 3, 5):
-            while k % p == 0:
-                k //= p
-        if k == 1:
-            return m
-        m += 1
+        p35 = p5
+        while True:
+            m = p35
+            while m < n:
+                m *= 2
+            best = m if best is None else min(best, m)
+            if p35 >= n:
+                break
+            p35 *= 3
+        if p5 >= n:
+            break
+        p5 *= 5
+    return best
 
 
 def fft_size(cfg: ConvConfig, fast: bool = True) -> tuple[int, int]:

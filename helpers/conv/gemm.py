@@ -131,6 +131,28 @@ def gemm_tiled_kernel(a, b, c):
 # ------------------------------------------------------------------------------ host wrappers
 
 
+def simulator_refusal(m: int, k: int, n: int, kernel: str = "tiled") -> str | None:
+    """Without a GPU, why an (M, K) x (K, N) GEMM by ``kernel`` is too slow for the CUDA
+    simulator (more than :data:`SIMULATOR_MAX_THREADS` threads, M*N rounded up to whole
+    blocks; the reason gives the estimated seconds), else None. Always None on a GPU.
+
+    Raises:
+        ValueError: as :func:`launch_config`; an unknown kernel.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    grid, block = launch_config(m, n)
+    threads = grid[0] * grid[1] * block[0] * block[1]
+    if backend.MODE != "simulator" or threads <= SIMULATOR_MAX_THREADS:
+        return None
+    tiles = math.ceil(k / TILE) if kernel == "tiled" else 1
+    seconds = threads * tiles / _SIMULATOR_THREADS_PER_S[kernel]
+    return (f"C is {m} x {n}: {threads:,} threads ({grid[0] * grid[1]} blocks of {TILE}x{TILE}) "
+            f"would take the CUDA simulator about {seconds:,.0f} s with the {kernel} kernel. "
+            f"Without a GPU keep M*N, rounded up to whole blocks, at most "
+            f"{SIMULATOR_MAX_THREADS:,}.")
+
+
 def launch_config(m: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """Grid and block that cover an (M, N) output C with one thread per element.
 
@@ -210,15 +232,9 @@ def gemm(a, b, kernel: str = "tiled"):
                          f"{tuple(b.shape)}; a's columns must equal b's rows")
     m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
     grid, block = launch_config(m, n)
-    threads = grid[0] * grid[1] * block[0] * block[1]
-    if backend.MODE == "simulator" and threads > SIMULATOR_MAX_THREADS:
-        tiles = math.ceil(k / TILE) if kernel == "tiled" else 1
-        seconds = threads * tiles / _SIMULATOR_THREADS_PER_S[kernel]
-        raise ValueError(
-            f"C is {m} x {n}: {threads:,} threads ({grid[0] * grid[1]} blocks of {TILE}x{TILE}) "
-            f"would take the CUDA simulator about {seconds:,.0f} s with the {kernel} kernel. "
-            f"Without a GPU keep M*N, rounded up to whole blocks, at most "
-            f"{SIMULATOR_MAX_THREADS:,}.")
+    reason = simulator_refusal(m, k, n, kernel)
+    if reason:
+        raise ValueError(reason)
 
     dev = cuda_device()
     ta, tb = to_torch(a, dev), to_torch(b, dev)  # contiguous float32: no copy if already so

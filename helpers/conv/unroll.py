@@ -115,11 +115,25 @@ def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
     if gemm == "tiled":
 
         npq = cfg.n * cfg.p * cfg.q
-        for m, n in ((cfg.k, npq), (cfg.c * cfg.r * cfg.s, npq)):
+        for m, n in ((cfg.k, npq), (cfg.c * cfg.r * cfg.s, npq), (cfg.k, cfg.c * cfg.r * cfg.s)):
             try:
                 our_gemm.launch_config(m, n)
             except ValueError as exc:
                 return str(exc)
+    return None
+
+
+def tiled_simulator_refusal(cfg: ConvConfig, backward: bool = False) -> str | None:
+    """Without a GPU, why one of the tiled GEMMs of ``cfg`` is too slow for the CUDA simulator
+    (:func:`helpers.conv.gemm.simulator_refusal`), else None. The GEMMs: forward
+    (K, CRS) x (CRS, NPQ); backward also dW (K, NPQ) x (NPQ, CRS) and dcols (CRS, K) x (K, NPQ).
+    """
+    crs, npq = cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q
+    shapes = [(cfg.k, crs, npq)] + ([(cfg.k, npq, crs), (crs, cfg.k, npq)] if backward else [])
+    for m, k, n in shapes:
+        reason = our_gemm.simulator_refusal(m, k, n, "tiled")
+        if reason:
+            return reason
     return None
 
 

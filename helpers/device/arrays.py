@@ -110,7 +110,10 @@ def poisoned(shape, device: torch.device, dtype=torch.float32) -> torch.Tensor:
 
 
 def to_torch(a, device: torch.device | str) -> torch.Tensor:
-    """A float32 contiguous tensor on ``device`` from a NumPy array or a tensor."""
+    """A float32 contiguous tensor on ``device`` from a NumPy array or a tensor.
+
+    A tensor that requires grad is detached first (kernels and NumPy code read its values
+    only); the result shares memory with ``a`` where no conversion is needed."""
     if isinstance(a, np.ndarray):
         a = torch.from_numpy(np.ascontiguousarray(a))
-    return a.to(device=device, dtype=torch.float32).contiguous()
+    return a.detach().to(device=device, dtype=torch.float32).contiguous()

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                              "there is one)")
     parser.add_argument("--save", action="store_true",
                         help="write DIR/conv_table1_b<N>_<device>.csv + .json")
-    parser.add_argument("--out", default=str(results.RESULTS_DIR),
+    parser.add_argument("--out", type=results.writable_folder, default=str(results.RESULTS_DIR),
                         help="folder --save writes to (default: results/)")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds after which no new measurement starts; the rest are rows "

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true",
                         help="tiny sizes on the CPU into a scratch folder (never results/)")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--out", type=results.writable_folder, default=None,
                         help=f"output folder (default results/, or {DRY_RUN_DIR} for --dry-run)")
     parser.add_argument("--parts", default=None,
                         help="comma-separated parts to run: " + ", ".join(p.name for p in PARTS))

@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="refuse runs estimated to take longer than this many seconds")
     parser.add_argument("--save", action="store_true",
                         help=f"on a GPU, save the rows to <out>/{PREFIX}<gpu>.csv/.json")
-    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--out", type=results.writable_folder, default=None, help="folder --save writes to (default results/)")
     parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
                         help="seconds after which no further network is profiled")
     args = parser.parse_args(argv)

@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
                         help=f"on a GPU, write the table to <out>/{PREFIX}<gpu>")
-    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--out", type=results.writable_folder, default=None, help="folder --save writes to (default results/)")
     args = parser.parse_args(argv)
     reason = gpu_refusal()
     if reason:

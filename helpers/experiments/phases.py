@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                     "im2col-gemm and fft at the study's Figure 4 configuration.")
     parser.add_argument("--save", action="store_true",
                         help=f"write DIR/{PREFIX}<device>.csv + .json")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--out", type=results.writable_folder, default=None,
                         help="folder --save writes to (default: results/, which takes GPU runs "
                              "only: without a GPU, --quick --save needs another --out)")
     parser.add_argument("--quick", action="store_true",

@@ -473,6 +473,13 @@ def _devices_arg(values: list[str] | None) -> list[str] | None:
     return out
 
 
+def _csv_out(path: str) -> pathlib.Path:
+    """``--out``: a writable ``.csv`` path, checked before anything is measured."""
+    if not path.endswith(".csv"):
+        raise argparse.ArgumentTypeError(f"must name a .csv file, got {path!r}")
+    return results.writable_file(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device D]
     [--time-limit S] [--budget S] [--min-run-time S] [--no-progress]``; returns 0."""
@@ -480,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS),
                         help="'smoke' only checks that the command runs (no Table I)")
-    parser.add_argument("--out", required=True, help="CSV file to write (a .json is written beside it)")
+    parser.add_argument("--out", required=True, type=_csv_out,
+                        help="CSV file to write (a .json is written beside it)")
     parser.add_argument("--device", action="append", default=None,
                         help="cpu or cuda; repeat it or give a comma list (default: both; cuda "
                              "rows without a GPU say why nothing was timed)")

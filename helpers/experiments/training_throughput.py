@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="few, small points, 3 steps each (a smoke test)")
     parser.add_argument("--save", action="store_true",
                         help="write <out>/training_<device>.csv/.json (and the utilisation trace)")
-    parser.add_argument("--out", default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--out", type=results.writable_folder, default=None, help="folder --save writes to (default results/)")
     parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
                         help="seconds after which no further point is measured")
     args = parser.parse_args(argv)

@@ -532,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=4, help="chunks of the overlapped runs")
     parser.add_argument("--quick", action="store_true",
                         help="few sizes and repeats (a smoke test)")
-    parser.add_argument("--out", default=None, help="output folder (default results/)")
+    parser.add_argument("--out", type=results.writable_folder, default=None, help="output folder (default results/)")
     parser.add_argument("--time-limit", type=float, default=None, dest="time_limit",
                         help="seconds after which no further experiment starts")
     args = parser.parse_args(argv)
