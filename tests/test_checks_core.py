@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from helpers.checks import Case, check_cases, compare, random_array
 
@@ -39,6 +40,13 @@ def test_a_stub_says_not_implemented_yet_not_a_traceback():
     (lambda x: np.where(np.arange(x.size).reshape(x.shape) == 0, np.nan, np.maximum(x, 0)),
      "NaN"),
     (lambda x: "relu", "returned str"),
+    (lambda x: np.maximum(x, 0)[None], "shape"),                      # no broadcasting
+    (lambda x: np.maximum(x, 0).T, "shape"),
+    (lambda x: np.maximum(x, 0).ravel(), "shape"),
+    (lambda x: np.abs(x), "max error"),
+    (lambda x: np.maximum(x, 0) + 1j * x, "imaginary part"),          # the real part is right
+    (lambda x: [["0"] * x.shape[1]] * x.shape[0], "holds str_ values"),
+    (lambda x: np.where(x > 0, x.astype(object), None), "None"),
 ])
 def test_wrong_answers_fail_with_the_case_and_the_worst_element(wrong, expected_text):
     report = check_cases("relu", wrong, CASES, hint="negative inputs become 0")
@@ -56,6 +64,22 @@ def test_an_exception_in_learner_code_is_reported_readably():
     report = check_cases("relu", broken, CASES)
     assert report.status == "error" and "IndexError" in report.message
     assert "return x[10, 10]" in report.message
+
+
+@pytest.mark.parametrize("right", [
+    lambda x: np.maximum(x, 0).tolist(),                                 # a list
+    lambda x: np.maximum(x, 0).astype(np.float32),
+    lambda x: np.maximum(x, 0) + 1e-9j,                                  # round-off imaginary part
+    lambda x: torch.from_numpy(np.maximum(x, 0)),
+])
+def test_right_answers_in_other_types_pass(right):
+    assert check_cases("relu", right, CASES).status == "passed"
+
+
+def test_compare_reads_a_pair_of_numbers_of_mixed_types():
+    assert compare((np.int64(12), 3.5), np.array([12.0, 3.5])) is None
+    assert "elements are None" in compare((12, None), np.array([12.0, 3.5]))
+    assert compare(np.int64(3), 3.0) is None
 
 
 def test_compare_tolerance_is_relative_to_the_largest_value():

@@ -1,8 +1,10 @@
 """helpers.checks.lab1: every checker fails the stub and planted wrong kernels, passes the solution.
 
 The planted kernels are the classic first-kernel mistakes: all zeros, the input copied through,
-no bounds check (right only when n is a multiple of the block), off-by-one bounds, only whole
-blocks computed, no grid-stride loop, a launch configuration rounded the wrong way. The
+abs for ReLU, negatives left unwritten, no bounds check (right only when n is a multiple of the
+block), off-by-one bounds, only whole blocks computed, an index without the block or the thread,
+x and y swapped in SAXPY, no grid-stride loop or one that starts or stops wrong, a launch
+configuration rounded the wrong way or with its block shrunk. The
 solutions are written here exactly as in labs/solutions/lab1_first_kernels.ipynb.
 """
 
@@ -113,6 +115,34 @@ def relu_whole_blocks_only(x, out):  # right only for sizes that are multiples o
         out[i] = x[i] if x[i] > 0 else 0.0
 
 
+@cuda.jit
+def relu_abs(x, out):  # |x|: right only for the positive elements
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = abs(x[i])
+
+
+@cuda.jit
+def relu_no_else(x, out):  # negative elements never written (not set to 0)
+    i = cuda.grid(1)
+    if i < x.size and x[i] > 0:
+        out[i] = x[i]
+
+
+@cuda.jit
+def relu_thread_index_only(x, out):  # i = threadIdx.x: every block redoes block 0's elements
+    i = cuda.threadIdx.x
+    if i < x.size:
+        out[i] = x[i] if x[i] > 0 else 0.0
+
+
+@cuda.jit
+def relu_block_index_only(x, out):  # i = blockIdx.x * blockDim.x: one element a block
+    i = cuda.blockIdx.x * cuda.blockDim.x
+    if i < x.size:
+        out[i] = x[i] if x[i] > 0 else 0.0
+
+
 def relu_not_a_kernel(x, out):
     out[:] = np.maximum(x, 0)
 
@@ -124,6 +154,10 @@ RELU_WRONG = {
     "misses the last element": (relu_misses_last, "NaN"),
     "writes one past the end": (relu_one_past_end, "past the end"),
     "whole blocks only": (relu_whole_blocks_only, "NaN"),
+    "abs instead of max(x, 0)": (relu_abs, "max error"),
+    "negative elements not written": (relu_no_else, "NaN"),
+    "threadIdx.x only (block index forgotten)": (relu_thread_index_only, "NaN"),
+    "blockIdx.x * blockDim.x only (thread index forgotten)": (relu_block_index_only, "NaN"),
 }
 
 
@@ -218,6 +252,20 @@ def saxpy_misses_last(a, x, y, out):
         out[i] = a * x[i] + y[i]
 
 
+@cuda.jit
+def saxpy_swapped(a, x, y, out):  # a * y + x
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = a * y[i] + x[i]
+
+
+@cuda.jit
+def saxpy_a_times_the_sum(a, x, y, out):  # a * (x + y)
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = a * (x[i] + y[i])
+
+
 SAXPY_WRONG = {
     "zeros": (saxpy_zeros, "max error"),
     "returns x": (saxpy_returns_x, "max error"),
@@ -225,6 +273,8 @@ SAXPY_WRONG = {
     "forgets y": (saxpy_forgets_y, "max error"),
     "no bounds check": (saxpy_no_bounds_check, "past the end"),
     "misses the last element": (saxpy_misses_last, "NaN"),
+    "x and y swapped (a * y + x)": (saxpy_swapped, "max error"),
+    "a * (x + y)": (saxpy_a_times_the_sum, "max error"),
 }
 
 
@@ -258,6 +308,11 @@ LAUNCH_WRONG = {
     "a float": (lambda n, t: (n / t, t), "float"),
     "swapped": (lambda n, t: (t, (n + t - 1) // t), "expected the requested"),
     "not a pair": (lambda n, t: (n + t - 1) // t, "expected a pair"),
+    "threads shrunk to n for small n": (lambda n, t: ((n + t - 1) // t, min(n, t)),
+                                        "expected the requested"),
+    "rounded to the nearest": (lambda n, t: (max(round(n / t), 1), t), "never be touched"),
+    "(n + t) // t: a block too many on multiples": (lambda n, t: ((n + t) // t, t),
+                                                    "nothing to do"),
 }
 
 
@@ -326,6 +381,18 @@ def grid_stride_forgets_block(x, out):  # start from threadIdx.x: other blocks r
         out[i] = x[i] if x[i] > 0 else 0.0
 
 
+@cuda.jit
+def grid_stride_one_past_end(x, out):  # range(..., x.size + 1, ...): thread n writes out[n]
+    for i in range(cuda.grid(1), x.size + 1, cuda.gridsize(1)):
+        out[i] = x[i] if x[i] > 0 else 0.0
+
+
+@cuda.jit
+def grid_stride_from_block_index(x, out):  # start = blockIdx.x: the thread index forgotten
+    for i in range(cuda.blockIdx.x, x.size, cuda.gridsize(1)):
+        out[i] = x[i] if x[i] > 0 else 0.0
+
+
 GRID_STRIDE_WRONG = {
     "zeros": (grid_stride_zeros, "max error"),
     "identity": (grid_stride_identity, "max error"),
@@ -333,6 +400,8 @@ GRID_STRIDE_WRONG = {
     "misses the last element": (grid_stride_misses_last, "NaN"),
     "full strides only": (grid_stride_full_strides_only, "NaN"),
     "forgets blockIdx": (grid_stride_forgets_block, "NaN"),
+    "forgets threadIdx": (grid_stride_from_block_index, "NaN"),
+    "one past the end": (grid_stride_one_past_end, "past the end"),
 }
 
 

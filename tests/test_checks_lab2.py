@@ -1,10 +1,14 @@
 """helpers.checks.lab2: every checker fails the stub and planted wrong GEMM kernels, passes the
 solution, and run_gemm refuses bad input clearly.
 
+Planted for the naive kernel: all zeros, A copied into C, no bounds check, a bounds check off
+by one or against the wrong sizes, a term of the sum dropped, the sum over N instead of K, B
+read transposed, C accumulated without being zeroed, x along the rows.
 Planted for the tiled kernel: all zeros, A copied into C, the Numba documentation's first
 ``fast_matmul`` (early return and unguarded loads: right only for tile multiples, numba#7324), the
 same with guarded loads but the early return kept, the last partial K tile dropped, partial tiles
-not zero-filled, and a correct kernel without shared memory. The solutions are written here
+not zero-filled, A's tile stored transposed, k taken from the other thread index, and a
+correct kernel without shared memory. The solutions are written here
 exactly as in labs/solutions/lab2_tiled_gemm.ipynb.
 """
 
@@ -136,6 +140,55 @@ def naive_x_along_rows(a, b, c):  # a correct kernel in the other convention
         c[i, j] = acc
 
 
+@cuda.jit
+def naive_bounds_swapped(a, b, c):  # i checked against N and j against M
+    j, i = cuda.grid(2)
+    if i < c.shape[1] and j < c.shape[0]:
+        acc = float32(0.0)
+        for k in range(a.shape[1]):
+            acc += a[i, k] * b[k, j]
+        c[i, j] = acc
+
+
+@cuda.jit
+def naive_last_row_missing(a, b, c):  # the last row of C is never written
+    j, i = cuda.grid(2)
+    if i < c.shape[0] - 1 and j < c.shape[1]:
+        acc = float32(0.0)
+        for k in range(a.shape[1]):
+            acc += a[i, k] * b[k, j]
+        c[i, j] = acc
+
+
+@cuda.jit
+def naive_sums_over_n(a, b, c):  # range(b.shape[1]): the sum runs over N, not K
+    j, i = cuda.grid(2)
+    if i < c.shape[0] and j < c.shape[1]:
+        acc = float32(0.0)
+        for k in range(min(b.shape[1], a.shape[1])):
+            acc += a[i, k] * b[k, j]
+        c[i, j] = acc
+
+
+@cuda.jit
+def naive_b_transposed(a, b, c):  # b[j, k]: B read as if stored (N, K)
+    j, i = cuda.grid(2)
+    if i < c.shape[0] and j < c.shape[1]:
+        acc = float32(0.0)
+        for k in range(a.shape[1]):
+            if j < b.shape[0] and k < b.shape[1]:
+                acc += a[i, k] * b[j, k]
+        c[i, j] = acc
+
+
+@cuda.jit
+def naive_accumulates_into_c(a, b, c):  # c[i, j] += ...: C is never set to 0 first
+    j, i = cuda.grid(2)
+    if i < c.shape[0] and j < c.shape[1]:
+        for k in range(a.shape[1]):
+            c[i, j] += a[i, k] * b[k, j]
+
+
 def naive_not_a_kernel(a, b, c):
     c[:] = a @ b
 
@@ -147,6 +200,11 @@ NAIVE_WRONG = {
     "off-by-one border": (naive_off_by_one_border, "NaN"),
     "drops the last k": (naive_drops_last_k, "max error"),
     "x along the rows": (naive_x_along_rows, "NaN"),
+    "bounds checked against the wrong sizes": (naive_bounds_swapped, ""),
+    "last row never written": (naive_last_row_missing, "NaN"),
+    "the sum over N, not K": (naive_sums_over_n, "max error"),
+    "B read transposed": (naive_b_transposed, ""),
+    "accumulates into C, never zeroed": (naive_accumulates_into_c, "NaN"),
 }
 
 
@@ -272,6 +330,50 @@ def tiled_no_zero_fill(a, b, c):  # guarded loads but no else: stale values stay
         c[i, j] = acc
 
 
+@cuda.jit
+def tiled_a_tile_transposed(a, b, c):  # A's tile stored [tx, ty], read [ty, k]
+    sa = cuda.shared.array((TILE, TILE), float32)
+    sb = cuda.shared.array((TILE, TILE), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    i = cuda.blockIdx.y * TILE + ty
+    j = cuda.blockIdx.x * TILE + tx
+    acc = float32(0.0)
+    for t in range((a.shape[1] + TILE - 1) // TILE):
+        ka = t * TILE + tx
+        kb = t * TILE + ty
+        sa[tx, ty] = a[i, ka] if i < a.shape[0] and ka < a.shape[1] else float32(0.0)
+        sb[ty, tx] = b[kb, j] if kb < b.shape[0] and j < b.shape[1] else float32(0.0)
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += sa[ty, k] * sb[k, tx]
+        cuda.syncthreads()
+    if i < c.shape[0] and j < c.shape[1]:
+        c[i, j] = acc
+
+
+@cuda.jit
+def tiled_k_from_the_wrong_thread(a, b, c):  # A's column from ty and B's row from tx
+    sa = cuda.shared.array((TILE, TILE), float32)
+    sb = cuda.shared.array((TILE, TILE), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    i = cuda.blockIdx.y * TILE + ty
+    j = cuda.blockIdx.x * TILE + tx
+    acc = float32(0.0)
+    for t in range((a.shape[1] + TILE - 1) // TILE):
+        ka = t * TILE + ty
+        kb = t * TILE + tx
+        sa[ty, tx] = a[i, ka] if i < a.shape[0] and ka < a.shape[1] else float32(0.0)
+        sb[ty, tx] = b[kb, j] if kb < b.shape[0] and j < b.shape[1] else float32(0.0)
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += sa[ty, k] * sb[k, tx]
+        cuda.syncthreads()
+    if i < c.shape[0] and j < c.shape[1]:
+        c[i, j] = acc
+
+
 TILED_WRONG = {
     "zeros": (gemm_zeros, "max error"),
     "returns A": (gemm_returns_a, "max error"),
@@ -279,6 +381,8 @@ TILED_WRONG = {
     "early exit, loads guarded": (tiled_early_exit, "max error"),
     "drops the last partial K tile": (tiled_drops_partial_k_tile, "max error"),
     "partial tiles not zero-filled": (tiled_no_zero_fill, "max error"),
+    "A's tile stored transposed": (tiled_a_tile_transposed, "max error"),
+    "k taken from the other thread index": (tiled_k_from_the_wrong_thread, "max error"),
 }
 
 

@@ -3,9 +3,11 @@
 The solution functions below are those of ``labs/solutions/lab3_im2col.ipynb``. The planted
 mistakes are the ones learners make: all zeros, returning the input, an off-by-one border
 (the first row and column treated as padding), the padding offset forgotten, the stride
-ignored, a launch that covers only whole blocks (right only for sizes that are multiples of
-the block), col2im storing instead of summing overlapping windows, and the (K, N*P*Q) matrix
-reshaped without moving the batch axis.
+ignored or applied to the tap too, a launch that covers only whole blocks (right only for
+sizes that are multiples of the block), col2im storing instead of summing overlapping windows,
+the (K, N*P*Q) matrix reshaped without moving the batch axis, rows or columns of cols in another
+order ((r, s, c), (c, s, r), (p, q, n), (n, q, p)), w checked against H, no check below 0,
+P and Q rounded up, filters flattened in another order, and W^T read as a reshape of W.
 """
 
 from __future__ import annotations
@@ -98,6 +100,40 @@ def conv2d_backward_dx(dy, w, x_shape, stride=1, padding=0):
 # ------------------------------------------------------------------------ planted mistakes
 
 OFF_BY_ONE, NO_PADDING_OFFSET, NO_STRIDE, PLAIN_STORE = 1, 2, 3, 4
+ROWS_RSC, ROWS_CSR, COLS_PQN, COLS_NQP, STRIDE_ON_R, W_AGAINST_H, NO_PADDING_CHECK = range(5, 12)
+
+
+@cuda.jit(device=True)
+def buggy_where(i, ncols, N, C, H, W, P, Q, stride, padding, R, S, bug):
+    """(row, col, n, c, h, w, inside) of cols entry i, with one mistake ``bug``."""
+    row, col = i // ncols, i % ncols
+    c, r, s = row // (R * S), (row // S) % R, row % S
+    if bug == ROWS_RSC:                   # rows ordered (r, s, c): channel fastest
+        r, s, c = row // (S * C), (row // C) % S, row % C
+    if bug == ROWS_CSR:                   # kernel column before kernel row: (c, s, r)
+        c, s, r = row // (R * S), (row // R) % S, row % R
+    n, p, q = col // (P * Q), (col // Q) % P, col % Q
+    if bug == COLS_PQN:                   # columns ordered (p, q, n): image fastest
+        p, q, n = col // (Q * N), (col // N) % Q, col % N
+    if bug == COLS_NQP:                   # columns ordered (n, q, p): column-major windows
+        n, q, p = col // (P * Q), (col // P) % Q, col % P
+    h = p * stride + r - padding
+    w = q * stride + s - padding
+    if bug == NO_PADDING_OFFSET:          # the padding never subtracted
+        h, w = p * stride + r, q * stride + s
+    if bug == NO_STRIDE:                  # windows one element apart whatever the stride
+        h, w = p + r - padding, q + s - padding
+    if bug == STRIDE_ON_R:                # the stride applied to the tap too: (p + r) * stride
+        h, w = (p + r) * stride - padding, (q + s) * stride - padding
+    inside = 0 <= h < H and 0 <= w < W
+    if bug == OFF_BY_ONE:                 # row 0 and column 0 treated as padding
+        inside = 0 < h < H and 0 < w < W
+    if bug == W_AGAINST_H:                # a square input assumed: w checked against H
+        inside = 0 <= h < H and 0 <= w < H
+    if bug == NO_PADDING_CHECK:           # negative indices wrap around instead of reading 0
+        inside = h < H and w < W          # (as Python's do; explicit, so a GPU does the same)
+        h, w = h + H if h < 0 else h, w + W if w < 0 else w
+    return row, col, n, c, h, w, inside
 
 
 @cuda.jit
@@ -106,19 +142,8 @@ def im2col_buggy_kernel(x, cols, P, Q, stride, padding, R, S, bug):
     N, C, H, W = x.shape
     ncols = N * P * Q
     if i < cols.shape[0] * ncols:
-        row, col = i // ncols, i % ncols
-        c, r, s = row // (R * S), (row // S) % R, row % S
-        n, p, q = col // (P * Q), (col // Q) % P, col % Q
-        h = p * stride + r - padding
-        w = q * stride + s - padding
-        if bug == NO_PADDING_OFFSET:          # the padding never subtracted
-            h, w = p * stride + r, q * stride + s
-        if bug == NO_STRIDE:                  # windows one element apart whatever the stride
-            h, w = p + r - padding, q + s - padding
-        if bug == OFF_BY_ONE:                 # row 0 and column 0 treated as padding
-            inside = 0 < h < H and 0 < w < W
-        else:
-            inside = 0 <= h < H and 0 <= w < W
+        row, col, n, c, h, w, inside = buggy_where(i, ncols, N, C, H, W, P, Q, stride,
+                                                   padding, R, S, bug)
         cols[row, col] = x[n, c, h, w] if inside else 0.0
 
 
@@ -128,19 +153,8 @@ def col2im_buggy_kernel(dcols, dx, P, Q, stride, padding, R, S, bug):
     N, C, H, W = dx.shape
     ncols = N * P * Q
     if i < dcols.shape[0] * ncols:
-        row, col = i // ncols, i % ncols
-        c, r, s = row // (R * S), (row // S) % R, row % S
-        n, p, q = col // (P * Q), (col // Q) % P, col % Q
-        h = p * stride + r - padding
-        w = q * stride + s - padding
-        if bug == NO_PADDING_OFFSET:
-            h, w = p * stride + r, q * stride + s
-        if bug == NO_STRIDE:
-            h, w = p + r - padding, q + s - padding
-        if bug == OFF_BY_ONE:
-            inside = 0 < h < H and 0 < w < W
-        else:
-            inside = 0 <= h < H and 0 <= w < W
+        row, col, n, c, h, w, inside = buggy_where(i, ncols, N, C, H, W, P, Q, stride,
+                                                   padding, R, S, bug)
         if inside:
             if bug == PLAIN_STORE:            # overlapping windows overwrite each other
                 dx[n, c, h, w] = dcols[row, col]
@@ -148,15 +162,19 @@ def col2im_buggy_kernel(dcols, dx, P, Q, stride, padding, R, S, bug):
                 cuda.atomic.add(dx, (n, c, h, w), dcols[row, col])
 
 
+def out_size_rounded_up(size, kernel, stride, padding):
+    return -(-(size + 2 * padding - kernel) // stride) + 1
+
+
 def blocks_for(total, whole_blocks_only):
     """Whole blocks only: right only when the size is a multiple of the block."""
     return total // THREADS if whole_blocks_only else (total + THREADS - 1) // THREADS
 
 
-def buggy_im2col(bug=0, whole_blocks_only=False):
+def buggy_im2col(bug=0, whole_blocks_only=False, size=out_size):
     def run(x, r, s, stride=1, padding=0):
         N, C, H, W = x.shape
-        P, Q = out_size(H, r, stride, padding), out_size(W, s, stride, padding)
+        P, Q = size(H, r, stride, padding), size(W, s, stride, padding)
         cols = cuda.to_device(np.zeros((C * r * s, N * P * Q), dtype=np.float32))
         blocks = blocks_for(cols.size, whole_blocks_only)
         if blocks:
@@ -166,10 +184,10 @@ def buggy_im2col(bug=0, whole_blocks_only=False):
     return run
 
 
-def buggy_col2im(bug=0, whole_blocks_only=False):
+def buggy_col2im(bug=0, whole_blocks_only=False, size=out_size):
     def run(dcols, x_shape, r, s, stride=1, padding=0):
         N, C, H, W = x_shape
-        P, Q = out_size(H, r, stride, padding), out_size(W, s, stride, padding)
+        P, Q = size(H, r, stride, padding), size(W, s, stride, padding)
         dx = cuda.to_device(np.zeros(x_shape, dtype=np.float32))
         blocks = blocks_for(dcols.size, whole_blocks_only)
         if blocks:
@@ -197,6 +215,18 @@ def dx_with(col2im_fn, batch_axis_moved=True):
         dY = dy.transpose(1, 0, 2, 3).reshape(K, -1) if batch_axis_moved else dy.reshape(K, -1)
         return col2im_fn(w.reshape(K, -1).T @ dY, x_shape, R, S, stride=stride, padding=padding)
     return run
+
+
+def conv_filters_channels_last(x, w, stride=1, padding=0):
+    """The filters flattened in (r, s, c) order, the cols rows in (c, r, s): they disagree."""
+    return conv_with(im2col)(x, w.transpose(0, 2, 3, 1).reshape(w.shape), stride, padding)
+
+
+def dx_not_transposed(dy, w, x_shape, stride=1, padding=0):
+    """W^T read as W.reshape(C*R*S, K): the right shape, the wrong entries."""
+    K, C, R, S = w.shape
+    dY = dy.transpose(1, 0, 2, 3).reshape(K, -1)
+    return col2im(w.reshape(-1, K) @ dY, x_shape, R, S, stride=stride, padding=padding)
 
 
 def stub(*args, **kwargs):
@@ -227,6 +257,14 @@ CHECKERS = {
         "padding offset forgotten": buggy_im2col(NO_PADDING_OFFSET),
         "stride ignored": buggy_im2col(NO_STRIDE),
         "whole blocks only": buggy_im2col(whole_blocks_only=True),
+        "rows ordered (r, s, c)": buggy_im2col(ROWS_RSC),
+        "kernel row and column swapped (c, s, r)": buggy_im2col(ROWS_CSR),
+        "columns ordered (p, q, n)": buggy_im2col(COLS_PQN),
+        "columns ordered (n, q, p)": buggy_im2col(COLS_NQP),
+        "stride applied to the tap ((p + r) * stride)": buggy_im2col(STRIDE_ON_R),
+        "w checked against H (a square input assumed)": buggy_im2col(W_AGAINST_H),
+        "no check below 0 (negative indices wrap)": buggy_im2col(NO_PADDING_CHECK),
+        "P and Q rounded up": buggy_im2col(size=out_size_rounded_up),
     }),
     "conv": (lab3.check_conv2d_im2col, conv2d_im2col, {
         "zeros": out_shape_zeros("conv"),
@@ -235,6 +273,10 @@ CHECKERS = {
         "padding offset forgotten": conv_with(buggy_im2col(NO_PADDING_OFFSET)),
         "stride ignored": conv_with(buggy_im2col(NO_STRIDE)),
         "whole blocks only": conv_with(buggy_im2col(whole_blocks_only=True)),
+        "rows ordered (r, s, c)": conv_with(buggy_im2col(ROWS_RSC)),
+        "columns ordered (p, q, n)": conv_with(buggy_im2col(COLS_PQN)),
+        "stride applied to the tap ((p + r) * stride)": conv_with(buggy_im2col(STRIDE_ON_R)),
+        "filters reshaped (K, C*R*S) from w.transpose(0, 2, 3, 1)": conv_filters_channels_last,
         "batch axis not moved": conv_with(im2col, batch_axis_moved=False),
     }),
     "col2im": (lab3.check_col2im, col2im, {
@@ -245,6 +287,14 @@ CHECKERS = {
         "stride ignored": buggy_col2im(NO_STRIDE),
         "overlaps stored, not summed": buggy_col2im(PLAIN_STORE),
         "whole blocks only": buggy_col2im(whole_blocks_only=True),
+        "rows ordered (r, s, c)": buggy_col2im(ROWS_RSC),
+        "kernel row and column swapped (c, s, r)": buggy_col2im(ROWS_CSR),
+        "columns ordered (p, q, n)": buggy_col2im(COLS_PQN),
+        "columns ordered (n, q, p)": buggy_col2im(COLS_NQP),
+        "stride applied to the tap ((p + r) * stride)": buggy_col2im(STRIDE_ON_R),
+        "w checked against H (a square input assumed)": buggy_col2im(W_AGAINST_H),
+        "no check below 0 (negative indices wrap)": buggy_col2im(NO_PADDING_CHECK),
+        "P and Q rounded up": buggy_col2im(size=out_size_rounded_up),
     }),
     "dx": (lab3.check_conv2d_backward_dx, conv2d_backward_dx, {
         "zeros": out_shape_zeros("dx"),
@@ -253,6 +303,9 @@ CHECKERS = {
         "stride ignored": dx_with(buggy_col2im(NO_STRIDE)),
         "overlaps stored, not summed": dx_with(buggy_col2im(PLAIN_STORE)),
         "whole blocks only": dx_with(buggy_col2im(whole_blocks_only=True)),
+        "padding offset forgotten": dx_with(buggy_col2im(NO_PADDING_OFFSET)),
+        "columns ordered (p, q, n)": dx_with(buggy_col2im(COLS_PQN)),
+        "W not transposed (W @ dY reshaped)": dx_not_transposed,
         "batch axis not moved": dx_with(col2im, batch_axis_moved=False),
     }),
 }

@@ -6,7 +6,9 @@ the workspace compared with the budget without the tensors, the smallest footpri
 (memory alone), the slowest picked, a refused or failed row picked, the budget compared with
 ``<`` (an off-by-one border), the first fitting row taken (right only when the rows are
 sorted), ties broken the wrong way, an unknown workspace taken as 0, rows sorted in place,
-a row returned instead of its name.
+a row returned instead of its name; and in READINGS one wrong reading of one rule each (a
+status that merely contains "ok", a workspace of 0 taken as unknown, ties by workspace or by
+name in either order, ValueError or "" when nothing fits, rows marked or filtered in place).
 """
 
 from __future__ import annotations
@@ -115,6 +117,82 @@ def unknown_workspace_fits(rows, budget_bytes):
 
 
 
+def best_by(key, keep=None, ties=min):
+    """pick with another reading of a rule: ``key(i, row)`` orders the candidates (the right
+    one: (median_ms, footprint, i)); ``keep(row, budget)`` replaces the candidate test."""
+    def run(rows, budget_bytes):
+        ok = [(i, r) for i, r in enumerate(rows)
+              if (keep(r, budget_bytes) if keep else measured(r) and fits(r, budget_bytes))]
+        return ties(ok, key=lambda ir: key(*ir))[1]["strategy"] if ok else None
+    return run
+
+
+def footprint(r):
+    return r["tensor_bytes"] + r["workspace_bytes"]
+
+
+def fits_with(status_ok, need=footprint, workspace_known=lambda r: r["workspace_bytes"]
+              is not None):
+    def keep(r, budget):
+        return (status_ok(r["status"]) and r["median_ms"] is not None and workspace_known(r)
+                and need(r) <= budget)
+    return keep
+
+
+def right_key(i, r):
+    return r["median_ms"], footprint(r), i
+
+
+def raises_when_nothing_fits(rows, budget_bytes):
+    choice = pick(rows, budget_bytes)
+    if choice is None:
+        raise ValueError("no strategy fits the budget")
+    return choice
+
+
+def marks_the_rows(rows, budget_bytes):
+    for r in rows:
+        r["footprint"] = r["tensor_bytes"] + (r["workspace_bytes"] or 0)
+    return pick(rows, budget_bytes)
+
+
+def filters_in_place(rows, budget_bytes):
+    rows[:] = [r for r in rows if r["status"] == "ok"]
+    return pick(rows, budget_bytes)
+
+
+#: Wrong readings of one rule each, written as the right pick with that one part changed.
+READINGS = {
+    # rule 1: which rows are candidates, and what fits
+    "status: anything but 'failed...'": best_by(right_key, fits_with(
+        lambda st: not st.startswith("failed"))),
+    "status: contains 'ok'": best_by(right_key, fits_with(lambda st: "ok" in st)),
+    "workspace known read as truthy (0 bytes taken as unknown)": best_by(right_key, fits_with(
+        lambda st: st == "ok", workspace_known=lambda r: bool(r["workspace_bytes"]))),
+    "the tensors alone compared with the budget": best_by(right_key, fits_with(
+        lambda st: st == "ok", need=lambda r: r["tensor_bytes"])),
+    "the larger of tensors and workspace compared": best_by(right_key, fits_with(
+        lambda st: st == "ok", need=lambda r: max(r["tensor_bytes"], r["workspace_bytes"]))),
+    # rules 2 and 3: the order of the candidates
+    "ties go to the larger footprint": best_by(lambda i, r: (r["median_ms"], -footprint(r), i)),
+    "ties by workspace, not footprint": best_by(
+        lambda i, r: (r["median_ms"], r["workspace_bytes"], i)),
+    "ties by name, alphabetically": best_by(
+        lambda i, r: (r["median_ms"], footprint(r), r["strategy"])),
+    "ties by name, reverse alphabetically": best_by(
+        lambda i, r: (r["median_ms"], footprint(r), [-ord(ch) for ch in r["strategy"]])),
+    "ties to the last row (max with reversed keys)": best_by(
+        lambda i, r: (-r["median_ms"], -footprint(r), i), ties=max),
+    "the footprint first, then the time": best_by(lambda i, r: (footprint(r), r["median_ms"], i)),
+    # rule 4: nothing fits
+    "raises ValueError when nothing fits": raises_when_nothing_fits,
+    "an empty string when nothing fits": lambda rows, budget_bytes: pick(rows, budget_bytes) or "",
+    # rule 5: rows untouched
+    "a key added to every row": marks_the_rows,
+    "rows filtered in place": filters_in_place,
+}
+
+
 def sorts_in_place(rows, budget_bytes):
     rows.sort(key=lambda r: (r["median_ms"] is None, r["median_ms"] or 0))
     return pick(rows, budget_bytes)
@@ -141,6 +219,7 @@ PLANTED = {
     "unknown workspace taken as 0": unknown_workspace_fits,
     "rows sorted in place": sorts_in_place,
     "a row returned instead of its name": returns_the_row,
+    **READINGS,
 }
 
 
@@ -188,6 +267,37 @@ def test_the_cases_are_deterministic_and_cover_the_rules():
 def test_the_rules_are_published_for_the_lab():
     assert lab5.RULES.startswith("1.") and lab5.RULES.rstrip().endswith("(sort a copy).")
     assert "None" in lab5.RULES and '"ok"' in lab5.RULES
+
+
+#: The case that must catch a reading (the first case where its answer differs).
+CAUGHT_BY = {
+    "status: anything but 'failed...'": "not exactly 'ok'",
+    "status: contains 'ok'": "not exactly 'ok'",
+    "workspace known read as truthy (0 bytes taken as unknown)": "fits alone but not with",
+    "ties by workspace, not footprint": "not the smaller workspace",
+    "ties by name, alphabetically": "reverse alphabetical order",
+    "ties by name, reverse alphabetically": "a tie in time and footprint: the first row wins",
+    "ties to the last row (max with reversed keys)": "the first row wins",
+    "ties go to the larger footprint": "the smaller footprint",
+    "first fitting row (right only when sorted)": "the fastest, not the smallest",
+    "rows sorted in place": "three strategies, all fit",
+    "raises ValueError when nothing fits": "nothing fits",
+}
+
+
+@pytest.mark.parametrize("name", CAUGHT_BY)
+def test_a_wrong_reading_fails_on_the_case_built_for_it(name):
+    report = lab5.check_pick(PLANTED[name])
+    assert not report and CAUGHT_BY[name] in report.message.splitlines()[0], report.message
+
+
+def test_ties_by_name_would_pass_without_the_tie_cases_in_other_orders():
+    """The tie cases are needed: without the ones whose row order is not alphabetical, a pick
+    that breaks ties by name gives every answer right."""
+    alphabetical = READINGS["ties by name, alphabetically"]
+    differs = [c.title for c in lab5.pick_cases()
+               if alphabetical([dict(r) for r in c.rows], c.budget_bytes) != c.expected]
+    assert differs and all("tie" in title for title in differs), differs
 
 
 def test_the_failure_shows_the_rows_and_the_budget():

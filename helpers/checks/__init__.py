@@ -95,22 +95,23 @@ def _as_array(value) -> np.ndarray | None:
         import torch
 
         if isinstance(value, torch.Tensor):
-            return value.detach().cpu().numpy()
+            return value.detach().cpu().resolve_conj().resolve_neg().numpy()
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
     if hasattr(value, "copy_to_host"):  # a Numba device array
         return value.copy_to_host()
     if isinstance(value, np.ndarray):
         return value
-    if isinstance(value, (list, tuple, int, float, np.floating)):
+    if isinstance(value, (list, tuple, int, float, complex, np.number)):
         return np.asarray(value)
     return None
 
 
 def compare(actual, expected, rtol: float = 1e-4) -> str | None:
     """None if ``actual`` matches ``expected`` within ``rtol`` (relative to max|expected|, at
-    least 1e-6), else a sentence saying what differs: type, shape, unwritten (NaN) elements, or
-    the largest error with its index and both values."""
+    least 1e-6), else a sentence saying what differs: type, shape, unwritten (NaN) elements,
+    imaginary parts (a complex result is compared by its real part only where its imaginary
+    part is within the tolerance), or the largest error with its index and both values."""
     got = _as_array(actual)
     exp = np.asarray(expected, dtype=np.float64)
     if got is None:
@@ -118,14 +119,37 @@ def compare(actual, expected, rtol: float = 1e-4) -> str | None:
                 f"{exp.shape}")
     if got.shape != exp.shape:
         return f"your result has shape {got.shape}, expected {exp.shape}"
-    got = got.astype(np.float64)
+    if got.dtype.kind not in "biufc":
+        nones = [i for i, v in enumerate(got.flat) if v is None]
+        if nones:
+            idx = tuple(int(i) for i in np.unravel_index(nones[0], got.shape))
+            return (f"{len(nones)} of {got.size} elements are None, first at index {idx}: "
+                    f"expected numbers")
+        try:  # a tuple of numbers of mixed types (an object array) is fine, text is not
+            if got.dtype.kind != "O" or any(isinstance(v, (str, bytes)) for v in got.flat):
+                raise TypeError
+            got = got.astype(np.complex128 if any(isinstance(v, complex) for v in got.flat)
+                             else np.float64)
+        except (TypeError, ValueError):
+            kinds = sorted({type(v).__name__ for v in got.flat})
+            return (f"your result holds {', '.join(kinds)} values, expected numbers (an array "
+                    f"of shape {exp.shape})")
     bad = ~np.isfinite(got)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         return (f"{int(bad.sum())} of {got.size} elements are NaN or infinite, first at index "
                 f"{idx}: were they ever written (or did you divide by zero)?")
-    err = np.abs(got - exp)
     scale = max(float(np.abs(exp).max()) if exp.size else 0.0, 1e-6)
+    if np.iscomplexobj(got):
+        imag = np.abs(got.imag)
+        if imag.size and imag.max() > rtol * scale:
+            idx = tuple(int(i) for i in np.unravel_index(int(imag.argmax()), imag.shape))
+            return (f"your result is complex, with an imaginary part up to {imag.max():.3g} "
+                    f"(at index {idx}), expected real values: is a spectrum left untransformed, "
+                    f"or an inverse transform of the wrong kind or size?")
+        got = got.real
+    got = got.astype(np.float64)
+    err = np.abs(got - exp)
     if err.size and err.max() > rtol * scale:
         idx = tuple(int(i) for i in np.unravel_index(int(err.argmax()), err.shape))
         n_bad = int((err > rtol * scale).sum())

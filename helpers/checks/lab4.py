@@ -24,8 +24,8 @@ import numpy as np
 from helpers.checks import Case, Report, check_cases, random_array
 from helpers.conv.check import reference
 
-__all__ = ["PLANE_CASES", "CONV_CASES", "FLOP_MODEL", "model_flops", "check_fft_correlate_plane",
-           "check_fft_conv2d", "check_conv_flops"]
+__all__ = ["PLANE_CASES", "CONV_CASES", "FLOP_CASES", "FLOP_MODEL", "model_flops",
+           "check_fft_correlate_plane", "check_fft_conv2d", "check_conv_flops"]
 
 #: Cases for one plane: ((H, W), (R, S), padding).
 PLANE_CASES: list[tuple[tuple[int, int], tuple[int, int], int]] = [
@@ -46,6 +46,21 @@ CONV_CASES: list[tuple[tuple[int, int, int, int], tuple[int, int, int], int]] = 
     ((2, 4, 5, 6), (1, 5, 6), 0),     # one filter as large as the input
     ((1, 3, 9, 7), (2, 1, 1), 1),     # 1 x 1 kernel with padding: a border of zeros
 ]
+
+#: Cases for the FLOP model: ((N, C, H, W), (K, C, R, S), padding, what the case is for). The
+#: FFT sizes Hf x Wf are even x even, odd x even, even x odd, odd x odd and a power of two, so
+#: that ``Wf / 2`` and ``Wf // 2``, the width and the height halved, a rounded log2 and the
+#: padded and unpadded sizes all give another count somewhere; N, C and K differ from each other
+#: (and R from S) in most cases, so that a term with the wrong one of them does too.
+FLOP_CASES: list[tuple[tuple[int, int, int, int], tuple[int, int, int, int], int, str]] = [
+    ((1, 3, 32, 32), (16, 3, 3, 3), 1, "square, not a power of two"),
+    ((2, 8, 27, 20), (4, 8, 5, 7), 0, "odd height, even width, no padding"),
+    ((3, 2, 10, 9), (5, 2, 3, 2), 1, "odd width: Wf // 2 + 1 is not Wf / 2 + 1"),
+    ((2, 3, 7, 13), (4, 3, 2, 4), 2, "odd height and odd width, padding 2"),
+    ((4, 16, 30, 30), (8, 16, 11, 11), 1, "a power of two: log2 is an integer"),
+    ((1, 1, 9, 6), (1, 1, 1, 1), 2, "1 x 1 kernel, padding 2"),
+]
+
 
 #: The cost model the FLOP TODO follows, in words (also in the lab).
 FLOP_MODEL = """\
@@ -79,7 +94,6 @@ def model_flops(x_shape, w_shape, padding: int = 0) -> tuple[int, float]:
     transforms = (n * c + k * c + n * k) * 2.5 * m * math.log2(m)
     products = 8 * n * k * c * hf * (wf // 2 + 1)
     return 2 * n * k * p * q * c * r * s, transforms + products
-
 
 
 def _distinct(expected: np.ndarray, *inputs: np.ndarray) -> None:
@@ -123,16 +137,14 @@ def _conv_cases() -> list[Case]:
 
 
 def _flop_cases() -> list[Case]:
-    shapes = [((1, 3, 32, 32), (16, 3, 3, 3), 1),      # FFT size 34 x 34, not a power of two
-              ((2, 8, 27, 20), (4, 8, 5, 7), 0),       # rectangular, odd width
-              ((4, 16, 30, 30), (8, 16, 11, 11), 1),   # 32 x 32: a power of two
-              ((1, 1, 9, 6), (1, 1, 1, 1), 2)]         # 1 x 1 kernel, padding 2
     cases = []
-    for x_shape, w_shape, padding in shapes:
+    for x_shape, w_shape, padding, what in FLOP_CASES:
         expected = np.array(model_flops(x_shape, w_shape, padding), dtype=np.float64)
+        hf, wf = x_shape[2] + 2 * padding, x_shape[3] + 2 * padding
         cases.append(Case((x_shape, w_shape), expected,
-                          f"x_shape {x_shape}, w_shape {w_shape}, padding {padding} (expected "
-                          f"(direct, fft) = ({expected[0]:,.0f}, {expected[1]:,.1f}))",
+                          f"x_shape {x_shape}, w_shape {w_shape}, padding {padding} (FFT size "
+                          f"{hf} x {wf}: {what}; expected (direct, fft) = "
+                          f"({expected[0]:,.0f}, {expected[1]:,.1f}))",
                           rtol=1e-6, kwargs={"padding": padding}))
     return cases
 
@@ -194,8 +206,9 @@ def check_conv_flops(fn) -> Report:
             (direct flops, FFT flops) as numbers.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-6: a formula, not a measurement); never
-        raises for what ``fn`` does.
+        A :class:`Report` over :data:`FLOP_CASES` (relative tolerance 1e-6: a formula, not a
+        measurement); never raises for what ``fn`` does. Each case's description gives its FFT
+        size and what it is for.
     """
     return check_cases(
         "Lab 4, TODO 3: FLOPs of direct and FFT convolution", fn, _flop_cases(),

@@ -137,9 +137,11 @@ def pick_cases() -> list[PickCase]:
 
     Each case is built to catch one mistake: the budget ignored, the workspace compared with
     the budget without the tensors, the smallest footprint picked instead of the fastest that
-    fits, a refused or failed row picked, the budget compared with ``<`` instead of ``<=``,
-    the first fitting row taken (right only when the rows happen to be sorted), ties broken
-    the wrong way.
+    fits, a refused or failed row picked (or one whose status merely contains "ok" or does
+    not start with "failed"), the budget compared with ``<`` instead of ``<=``, a workspace of
+    0 taken as unknown, the first fitting row taken (right only when the rows happen to be
+    sorted), ties broken the wrong way (by workspace instead of footprint, by name in either
+    order, by the last row).
     """
     t = 8 * MIB     # the tensors (x, w, y) of the layer the rows of a case were measured on
     cases = [
@@ -178,9 +180,32 @@ def pick_cases() -> list[PickCase]:
         PickCase("a tie in time: the smaller footprint wins", [
             _row("im2col-gemm", 2.0, 8 * MIB, tensors=t), _row("fft", 2.0, 4 * MIB, tensors=t),
             _row("direct-naive", 3.0, 0, tensors=t)], 64 * MIB, "fft"),
+        PickCase("a tie in time: the smaller footprint, not the smaller workspace, wins", [
+            _row("im2col-gemm", 2.0, 2 * MIB, tensors=10 * MIB),
+            _row("fft", 2.0, 4 * MIB, tensors=6 * MIB),
+            _row("direct-naive", 3.0, 0, tensors=6 * MIB)], 64 * MIB, "fft"),
         PickCase("a tie in time and footprint: the first row wins", [
             _row("im2col-gemm", 1.0, 2 * MIB, tensors=t), _row("direct-naive", 1.5, 0, tensors=t),
             _row("direct-tiled", 1.5, 0, tensors=t)], t, "direct-naive"),
+        PickCase("a tie in time and footprint, names in reverse alphabetical order: the first "
+                 "row wins, not the first name", [
+                     _row("im2col-gemm", 1.0, 2 * MIB, tensors=t),
+                     _row("direct-tiled", 1.5, 0, tensors=t),
+                     _row("direct-naive", 1.5, 0, tensors=t)], t, "direct-tiled"),
+        PickCase("a three-way tie: the first row wins, neither the first nor the last name", [
+            _row("im2col-gemm", 2.0, 4 * MIB, tensors=t), _row("fft", 2.0, 4 * MIB, tensors=t),
+            _row("im2col-tiled", 2.0, 4 * MIB, tensors=t),
+            _row("direct-naive", 5.0, 0, tensors=t)], 64 * MIB, "im2col-gemm"),
+        PickCase("timed rows whose status is not exactly 'ok': their times do not count", [
+            _row("fft", 0.3, MIB, "skipped: result not checked", t),
+            _row("im2col-tiled", 0.5, MIB, "failed: wrong result (the check took 2 s)", t),
+            _row("im2col-gemm", 0.9, MIB, tensors=t),
+            _row("direct-naive", 2.0, 0, tensors=t)], 64 * MIB, "im2col-gemm"),
+        PickCase("nothing measured (every row refused or failed): the answer is None", [
+            _row("fft", None, 2 * MIB, "refused: over the 0.2 s budget", t),
+            _row("im2col-gemm", None, MIB, "failed: RuntimeError: out of memory", t),
+            _row("direct-naive", None, 0, "skipped: time limit of 60 s reached", t)],
+            64 * MIB, None),
         _shuffled_case(),
         PickCase("no rows at all", [], 64 * MIB, None),
     ]
