@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import reprlib
 
 __all__ = ["SmLimits", "SM_LIMITS", "GPU_ARCH", "Occupancy", "occupancy", "limits_for",
            "warps_limited_by_registers", "launch_refusal"]
@@ -80,12 +82,32 @@ GPU_ARCH: dict[str, str] = {"K40c": "3.5", "V100": "7.0", "T4": "7.5", "A100": "
                             "L4": "8.9", "H100": "9.0", "H200": "9.0"}
 
 
+def _shown(value: object) -> str:
+    """A short repr for an error message (a huge list or string is cut, not copied)."""
+    return reprlib.repr(value)
+
+
+def _whole(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``lo..hi`` (no upper limit if ``hi`` is None): TypeError for a
+    bool, a float, a str, None...; ValueError outside the range. The message names it."""
+    what = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer {what}, got {_shown(value)}")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name} must be {what}, got {value}")
+    return int(value)
+
+
 def limits_for(gpu: str) -> SmLimits:
     """The :class:`SmLimits` of a GPU name from :data:`GPU_ARCH` or a compute capability.
 
     Raises:
+        TypeError: ``gpu`` is not a str.
         ValueError: neither a known name nor a known compute capability.
     """
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU name from {sorted(GPU_ARCH)} or a compute "
+                        f"capability in {sorted(SM_LIMITS)}, as a str; got {_shown(gpu)}")
     cc = GPU_ARCH.get(gpu, gpu)
     if cc not in SM_LIMITS:
         raise ValueError(f"gpu must be one of {sorted(GPU_ARCH)} or a compute capability in "
@@ -153,12 +175,11 @@ def warps_limited_by_registers(gpu: str, regs_per_thread: int) -> int:
     memory.
 
     Raises:
+        TypeError: ``gpu`` not a str, or ``regs_per_thread`` not an integer (bool included).
         ValueError: unknown GPU, or registers outside 1..max_regs_per_thread.
     """
     lim = limits_for(gpu)
-    if not 1 <= regs_per_thread <= lim.max_regs_per_thread:
-        raise ValueError(f"regs_per_thread must be in 1..{lim.max_regs_per_thread}, "
-                         f"got {regs_per_thread}")
+    regs_per_thread = _whole("regs_per_thread", regs_per_thread, 1, lim.max_regs_per_thread)
     per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
     return min(_warps_by_registers(lim, per_warp), lim.max_warps)
 
@@ -193,20 +214,21 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
         memory per block) gets 0 active blocks, limited by that resource: such a launch fails.
 
     Raises:
+        TypeError: ``gpu`` not a str, or a count that is not an integer (a bool, a float, a
+            str, None...); the message names it.
         ValueError: unknown GPU, or an argument outside its range (the message names it).
 
     Source: the CUDA Occupancy Calculator's method; study Section V-C (achieved occupancy
     under 30 %, Figure 6) and Table II (registers and shared memory per kernel).
     """
     lim = limits_for(gpu)
-    if not 1 <= threads_per_block <= lim.max_threads_per_block:
-        raise ValueError(f"threads_per_block must be in 1..{lim.max_threads_per_block}, "
-                         f"got {threads_per_block}")
-    if not 1 <= regs_per_thread <= lim.max_regs_per_thread:
-        raise ValueError(f"regs_per_thread must be in 1..{lim.max_regs_per_thread}, "
-                         f"got {regs_per_thread}")
-    if smem_per_block < 0:
+    threads_per_block = _whole("threads_per_block", threads_per_block, 1,
+                               lim.max_threads_per_block)
+    regs_per_thread = _whole("regs_per_thread", regs_per_thread, 1, lim.max_regs_per_thread)
+    if isinstance(smem_per_block, numbers.Integral) and not isinstance(smem_per_block, bool) \
+            and smem_per_block < 0:
         raise ValueError(f"smem_per_block must be >= 0 bytes, got {smem_per_block}")
+    smem_per_block = _whole("smem_per_block (bytes)", smem_per_block, 0)
     warps = math.ceil(threads_per_block / 32)
     regs_per_warp = _round_up(regs_per_thread * 32, lim.reg_alloc_unit)
     if regs_per_warp * _round_up(warps, lim.reg_sub_partitions) > lim.max_regs_per_block:
@@ -232,7 +254,21 @@ def occupancy(gpu: str, threads_per_block: int, regs_per_thread: int,
 
 def launch_refusal(r: Occupancy, gpu: str) -> str:
     """Why a block of ``r`` (an :func:`occupancy` result with no active block) cannot run on
-    an SM of ``gpu`` (a display name), in a sentence that names the limit and the fix."""
+    an SM of ``gpu`` (a display name), in a sentence that names the limit and the fix.
+
+    Raises:
+        TypeError: ``r`` not an :class:`Occupancy`, or ``gpu`` not a str.
+        ValueError: ``gpu`` empty, or ``r`` has active blocks (such a launch runs).
+    """
+    if not isinstance(r, Occupancy):
+        raise TypeError(f"r must be an Occupancy (a result of occupancy()), got {_shown(r)}")
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be the GPU's display name (a str), got {_shown(gpu)}")
+    if not gpu.strip():
+        raise ValueError(f"gpu must be the GPU's display name, got {_shown(gpu)}")
+    if r.active_blocks:
+        raise ValueError(f"r must be a launch with no active block, got {r.active_blocks} "
+                         "active blocks (it runs)")
     lim = r.limits
     counted = _round_up(r.warps_per_block, lim.reg_sub_partitions)
     regs_block = _round_up(r.regs_per_thread * 32, lim.reg_alloc_unit) * counted

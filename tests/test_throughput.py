@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import time
 
 import pytest
 from conftest import simulator_only
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from helpers.device import backend, host
 from helpers.device.timing import device_label
 from helpers.experiments import throughput as tp
+from helpers.experiments import throughput_budget as tpb
 
 FAST = dict(min_run_time=0.005, progress=False)
 
@@ -200,16 +203,56 @@ def test_devices_may_be_any_iterable():
     assert len(rows) == 2
 
 
-def test_point_budget_skips_larger_sizes_with_the_estimate():
+def test_point_budget_skips_every_size_over_it_the_first_included():
     rows = tp.elementwise_sweep("relu", [100, 1000, 10_000], point_budget_s=1e-9, **FAST)
     for name in ("numpy", "torch"):
         mine = [r for r in rows if r["backend"] == name]
         assert [r["size"] for r in mine] == [100, 1000, 10_000]
-        assert mine[0]["status"] == "ok"  # the smallest size is always measured
-        for r in mine[1:]:
-            assert r["status"].startswith("skipped: estimated")
-            assert "from size 100" in r["status"]
-            assert math.isnan(r["median_s"])
+        for r in mine:  # nothing measured: each estimate comes from the calibration call
+            assert re.fullmatch(r"skipped: estimated \S+ s per call \(from a [\d,]+-element "
+                                r"float32 calibration relu\), about \S+ s for the point, over "
+                                r"the 1e-09 s budget per point", r["status"]), r["status"]
+            assert math.isnan(r["median_s"]) and r["repeats"] == 0
+
+
+def test_point_budget_estimates_later_sizes_from_the_last_measured():
+    rows = tp.gemm_sweep([8, 1024], point_budget_s=1.0, **FAST)
+    for name in ("numpy", "torch"):
+        small, large = [r for r in rows if r["backend"] == name]
+        assert small["status"] == "ok"
+        assert large["status"].startswith("skipped: estimated"), large["status"]
+        assert "(from size 8)" in large["status"] and "over the 1 s budget" in large["status"]
+
+
+def test_first_call_over_budget_stops_the_point(monkeypatch):
+    # a calibration that claims GEMM is free: the estimate passes, the warm-up call does not
+    fake = tpb.Calibration(8, 1e-12, "a fake calibration")
+    monkeypatch.setattr(tpb, "calibrate", lambda *args, **kwargs: fake)
+    start = time.monotonic()
+    rows = tp.gemm_sweep([512], dtype="float16", backends=["torch"], point_budget_s=0.6,
+                         **FAST)
+    assert time.monotonic() - start < 5
+    [r] = rows
+    assert r["status"].startswith("skipped: its first call took"), r["status"]
+    assert "over the 0.6 s budget per point" in r["status"]
+
+
+def test_deadline_skips_points_estimated_to_end_after_it():
+    rows = tp.gemm_sweep([8, 1024], point_budget_s=1e6, deadline=time.monotonic() + 2,
+                         time_limit=2, **FAST)
+    for name in ("numpy", "torch"):
+        large = [r for r in rows if r["backend"] == name][-1]
+        assert large["status"].startswith("skipped: time limit of 2 s"), large["status"]
+    assert any("estimated" in r["status"] for r in rows if r["size"] == 1024)
+
+
+@pytest.mark.parametrize("kwargs", [dict(point_budget_s=0), dict(point_budget_s=float("nan")),
+                                    dict(point_budget_s="1"), dict(min_run_time=-1),
+                                    dict(min_run_time=True)])
+def test_sweeps_refuse_bad_budgets(kwargs):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=name):
+        tp.gemm_sweep([8], progress=False, **kwargs)
 
 
 def test_generous_point_budget_skips_nothing():
@@ -240,12 +283,16 @@ def test_sweeps_refuse_bad_arguments(call):
 
 def test_measured_bandwidth_is_the_best_at_the_largest_size():
     rows = [
-        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 10, "gb_s": 90.0},
-        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000, "gb_s": 12.0},
-        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000, "gb_s": 15.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 10,
+         "gb_s": 90.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000,
+         "gb_s": 12.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cpu", "size": 1000,
+         "gb_s": 15.0},
         {"experiment": "elementwise", "status": "skipped", "device_kind": "cpu", "size": 10**6,
          "gb_s": float("nan")},
-        {"experiment": "elementwise", "status": "ok", "device_kind": "cuda", "size": 10**6, "gb_s": 900.0},
+        {"experiment": "elementwise", "status": "ok", "device_kind": "cuda", "size": 10**6,
+         "gb_s": 900.0},
     ]
     assert tp.measured_bandwidth(rows) == pytest.approx(15e9)
     assert tp.measured_bandwidth(rows, "cuda") == pytest.approx(900e9)
@@ -257,7 +304,8 @@ def test_rooflines_name_their_sources_and_include_the_study_gpu():
     roofs = tp.rooflines((), cpu_bandwidth=20e9)
     labels = [r[0] for r in roofs]
     k40 = [r for r in roofs if "K40c" in r[0]]
-    assert len(k40) == 1 and k40[0][1] == pytest.approx(4.29e12) and k40[0][2] == pytest.approx(288e9)
+    assert len(k40) == 1
+    assert k40[0][1] == pytest.approx(4.29e12) and k40[0][2] == pytest.approx(288e9)
     if backend.info().cpu_peak_fp32_flops_estimate:
         cpu = [r for r in roofs if "estimated peak, measured bandwidth" in r[0]]
         assert len(cpu) == 1 and cpu[0][2] == 20e9

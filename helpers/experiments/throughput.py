@@ -19,18 +19,29 @@ from __future__ import annotations
 
 import argparse
 import math
+import reprlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
-from helpers import elementwise as ew
 from helpers import results
-from helpers.conv import gemm as our_gemm
 from helpers.device import backend, host
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import benchmark, device_label
+from helpers.experiments.throughput_budget import BackendBudget
+from helpers.experiments.throughput_calls import (
+    DTYPES,
+    ELEMENTWISE_OPS,
+    NUMBA_GEMMS,
+    SUPPORTED,
+    bytes_per_size,
+    elementwise_call,
+    gemm_call,
+    torch_dtype,
+)
+from helpers.experiments.throughput_calls import row as _row
 from helpers.paper import TABLE_I, im2col_gemm
 
 __all__ = [
@@ -57,28 +68,12 @@ __all__ = [
 PREFIX = "01_throughput_"
 COMMAND = "python -m helpers.experiments.throughput --out results"
 
-#: Elementwise operations: name -> (arrays read, arrays written, FLOPs per element).
-ELEMENTWISE_OPS = {"relu": (1, 1, 1), "saxpy": (2, 1, 2)}
-
-#: dtypes offered: name -> bytes per element.
-DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
 #: GEMM sizes n of a full run (:func:`main` without ``--quick``): 64 .. 8192, 4096 included.
 GEMM_SIZES = tuple(2**j for j in range(6, 14))
 
-#: Our Numba GEMM kernels measured beside cuBLAS on a GPU: backend name -> kernel.
-NUMBA_GEMMS = {"numba-tiled": our_gemm.gemm_tiled_kernel, "numba-naive": our_gemm.gemm_naive_kernel}
-
-#: (backend, experiment) -> dtypes it supports. NumPy has no bfloat16 and no float16 BLAS;
-#: our Numba kernels are written for float32.
-_SUPPORTED = {
-    ("numpy", "elementwise"): {"float32", "float16"},
-    ("numpy", "gemm"): {"float32"},
-    ("torch", "elementwise"): {"float32", "float16", "bfloat16"},
-    ("torch", "gemm"): {"float32", "float16", "bfloat16"},
-    ("numba", "elementwise"): {"float32"},
-    **{(name, "gemm"): {"float32"} for name in NUMBA_GEMMS},
-}
+# the point layer lives in throughput_calls; these names stay importable from here
+_SUPPORTED, _torch_dtype = SUPPORTED, torch_dtype
+_elementwise_call, _gemm_call, _bytes_per_size = elementwise_call, gemm_call, bytes_per_size
 
 
 def backends_for(device: str, experiment: str) -> list[str]:
@@ -108,15 +103,6 @@ def log_sizes(lo: float, hi: float, per_decade: int = 1) -> list[int]:
     steps = max(1, round(math.log10(hi / lo) * per_decade)) if hi > lo else 0
     points = {round(lo * (hi / lo) ** (j / steps)) for j in range(steps + 1)} if steps else {lo}
     return sorted(points)
-
-
-def _bytes_per_size(experiment: str, op: str, n: int, itemsize: int) -> int:
-    """Memory one point needs: the operands (elementwise n elements per array; GEMM three
-    n x n matrices) plus the float32 host arrays they are generated from."""
-    if experiment == "elementwise":
-        reads, writes, _ = ELEMENTWISE_OPS[op]
-        return (reads + writes) * n * itemsize + 2 * n * 4
-    return 3 * n * n * itemsize + 2 * n * n * 4
 
 
 def memory_limit_bytes(device: str) -> int:
@@ -168,96 +154,11 @@ def check_sizes(experiment: str, op: str, lo: int, hi: int, dtype: str, device: 
             "size.")
 
 
-def _torch_dtype(dtype: str):
-    import torch
-
-    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-
-
-def _elementwise_call(op: str, name: str, n: int, dtype: str, device: str) -> Callable[[], object]:
-    """Allocate operands for one point and return the call to time."""
-    rng = np.random.default_rng(n)
-    x_host = rng.standard_normal(n, dtype=np.float32)
-    y_host = rng.standard_normal(n, dtype=np.float32)
-    a = 2.0
-    if name == "numpy":
-        x, y = x_host.astype(dtype), y_host.astype(dtype)
-        out = np.empty_like(x)
-        if op == "relu":
-            return lambda: np.maximum(x, 0, out=out)
-
-        def saxpy():
-            np.multiply(x, a, out=out)
-            np.add(out, y, out=out)
-        return saxpy
-    if name == "torch":
-        import torch
-
-        dev = "cuda" if device == "cuda" else "cpu"
-        x = torch.from_numpy(x_host).to(dev, _torch_dtype(dtype))
-        y = torch.from_numpy(y_host).to(dev, _torch_dtype(dtype))
-        out = torch.empty_like(x)
-        if op == "relu":
-            return lambda: torch.clamp_min(x, 0, out=out)
-        return lambda: torch.add(y, x, alpha=a, out=out)
-    if name == "numba":
-        from numba import cuda
-
-        d_x, d_y = cuda.to_device(x_host), cuda.to_device(y_host)
-        d_out = cuda.device_array_like(d_x)
-        blocks, tpb = ew.launch_config(n, 256)
-        if op == "relu":
-            return lambda: ew.relu_kernel[blocks, tpb](d_x, d_out)
-        return lambda: ew.saxpy_kernel[blocks, tpb](np.float32(a), d_x, d_y, d_out)
-    raise ValueError(f"unknown backend {name!r}")
-
-
-def _gemm_call(name: str, n: int, dtype: str, device: str) -> Callable[[], object]:
-    rng = np.random.default_rng(n)
-    a_host = rng.standard_normal((n, n), dtype=np.float32)
-    b_host = rng.standard_normal((n, n), dtype=np.float32)
-    if name == "numpy":
-        a, b = a_host.astype(dtype), b_host.astype(dtype)
-        out = np.empty_like(a)
-        return lambda: np.matmul(a, b, out=out)
-    if name == "torch":
-        import torch
-
-        dev = "cuda" if device == "cuda" else "cpu"
-        a = torch.from_numpy(a_host).to(dev, _torch_dtype(dtype))
-        b = torch.from_numpy(b_host).to(dev, _torch_dtype(dtype))
-        out = torch.empty_like(a)
-        return lambda: torch.matmul(a, b, out=out)
-    if name in NUMBA_GEMMS:  # float32 only (see _SUPPORTED); operands already on the GPU
-        from numba import cuda
-
-        d_a, d_b = cuda.to_device(a_host), cuda.to_device(b_host)
-        d_c = cuda.device_array((n, n), dtype=np.float32)
-        grid, block = our_gemm.launch_config(n, n)
-        kernel = NUMBA_GEMMS[name]
-        return lambda: kernel[grid, block](d_a, d_b, d_c)
-    raise ValueError(f"unknown backend {name!r} for GEMM")
-
-
-def _row(experiment, op, name, device, dtype, n, timing=None, status="ok") -> dict:
-    itemsize = DTYPES[dtype]
-    if experiment == "elementwise":
-        reads, writes, flops_per = ELEMENTWISE_OPS[op]
-        moved, flops = (reads + writes) * n * itemsize, flops_per * n
-    else:
-        moved, flops = 3 * n * n * itemsize, 2 * n**3
-    row = {
-        "experiment": experiment, "op": op, "backend": name, "device_kind": device,
-        "device": device_label(device), "dtype": dtype, "size": n,
-        "bytes": moved, "flops": flops,
-        "median_s": math.nan, "iqr_s": math.nan, "min_s": math.nan, "max_s": math.nan,
-        "repeats": 0, "gb_s": math.nan, "gflop_s": math.nan, "status": status,
-    }
-    if timing is not None:
-        row.update(median_s=timing.median_s, iqr_s=timing.iqr_s, min_s=timing.min_s,
-                   max_s=timing.max_s, repeats=timing.repeats,
-                   gb_s=moved / timing.median_s / 1e9, gflop_s=flops / timing.median_s / 1e9)
-    return row
+def _check_seconds(**values: float) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not (v > 0 and (isinstance(v, (int, np.integer)) or math.isfinite(v))):
+            raise ValueError(f"{name} must be a number of seconds > 0, got {reprlib.repr(v)}")
 
 
 def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str], dtype: str,
@@ -266,54 +167,42 @@ def _sweep(experiment: str, op: str, sizes: Iterable[int], devices: Iterable[str
            time_limit: float | None) -> list[dict]:
     sizes = sorted(int(n) for n in sizes)
     backends = None if backends is None else set(backends)
-    power = 1 if experiment == "elementwise" else 3
     jobs = []
     for device in devices:
         for name in backends_for(device, experiment):
             if backends is None or name in backends:
                 jobs.append((device, name))
-    rows: list[dict] = []
+    budgets = [BackendBudget(experiment, op, name, device, dtype, min_run_time, sizes[0])
+               for device, name in jobs]
+    rows: dict[tuple[int, int], dict] = {}
     bar = progress_bar(total=len(jobs) * len(sizes), desc=f"{experiment} {op}",
                        disable=not progress, leave=False)
+    # NumPy's BLAS threads keep spinning for about half a second after a GEMM and slow the
+    # torch calls that follow (a 32 x 32 GEMM from 0.02 to 20 ms on 2 cores); torch's threads
+    # do not slow NumPy's.
+    # So torch is measured before NumPy on each device; the rows keep the order of ``jobs``.
+    order = sorted(range(len(jobs)), key=lambda j: (jobs[j][0], jobs[j][1] == "numpy"))
     try:
-        for device, name in jobs:
-            supported = dtype in _SUPPORTED[(name, experiment)]
-            last = None  # (size, seconds per call)
-            for n in sizes:
-                status = None
+        for j in order:
+            device, name = jobs[j]
+            for k, n in enumerate(sizes):
+                timing = None
                 if time_up(deadline):
                     status = time_limit_status(time_limit)
-                elif not supported:
+                elif dtype not in SUPPORTED[(name, experiment)]:
                     status = f"unsupported: {name} has no {dtype} {experiment}"
-                elif last is not None:
-                    estimate = last[1] * (n / last[0]) ** power
-                    # blocked_autorange runs at least ~3 calls plus warm-up
-                    if 4 * estimate + min_run_time > point_budget_s:
-                        status = (f"skipped: estimated {estimate:.2g} s per call from size "
-                                  f"{last[0]:,}, over the {point_budget_s:g} s budget per point")
-                if status is not None:
-                    rows.append(_row(experiment, op, name, device, dtype, n, status=status))
-                    bar.update()
-                    continue
-                check_sizes(experiment, op, n, n, dtype, device)
-                try:
-                    call = (_elementwise_call(op, name, n, dtype, device)
-                            if experiment == "elementwise" else _gemm_call(name, n, dtype, device))
-                    t = benchmark(call, device=device, label=f"{name} {op} n={n}",
-                                  min_run_time=min_run_time)
-                except Exception as exc:  # noqa: BLE001  (a Numba compile or CUDA driver error,
-                    # an out-of-memory: this point fails, the others are still measured and saved)
-                    rows.append(_row(experiment, op, name, device, dtype, n,
-                                     status=f"failed: {type(exc).__name__}: {exc}"))
-                    bar.update()
-                    continue
-                rows.append(_row(experiment, op, name, device, dtype, n, t))
-                last = (n, t.median_s)
-                del call
+                else:
+                    check_sizes(experiment, op, n, n, dtype, device)
+                    try:
+                        status, timing = budgets[j].run(n, point_budget_s, deadline, time_limit)
+                    except Exception as exc:  # noqa: BLE001  (a Numba compile or CUDA driver
+                        # error, an out-of-memory: this point fails, the others are measured)
+                        status = f"failed: {type(exc).__name__}: {exc}"
+                rows[j, k] = _row(experiment, op, name, device, dtype, n, timing, status)
                 bar.update()
     finally:
         bar.close()
-    return rows
+    return [rows[j, k] for j in range(len(jobs)) for k in range(len(sizes))]
 
 
 def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("cpu",),
@@ -330,15 +219,18 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
         dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``; unsupported backend/dtype pairs
             give rows with that status.
         min_run_time: seconds of timed calls per point (:func:`helpers.device.timing.benchmark`).
-        point_budget_s: sizes are measured in increasing order, and a size whose cost,
-            estimated from the last measured size, exceeds this many seconds is skipped (so
-            are the larger ones after it): its row's ``status`` gives the estimate.
+        point_budget_s: seconds one point may take. Sizes are measured in increasing order,
+            size by size across the backends; a point whose cost is estimated over this budget
+            is skipped, the first size included, and its row's ``status`` gives the estimate
+            (:mod:`helpers.experiments.throughput_budget`: the first size's from a small
+            calibration call in the same dtype on the same device, the others' from the last
+            size measured; if the warm-up call shows the point over budget, it stops there).
         progress: show a progress bar.
         backends: restrict to these backends (default: all for the device).
-        deadline: a :func:`time.monotonic` value; no point starts after it, and the points
-            not measured are rows whose status is
-            :func:`helpers.device.progress.time_limit_status` of ``time_limit`` (seconds,
-            only for that text). None: no deadline.
+        deadline: a :func:`time.monotonic` value; no point starts after it, nor one
+            estimated to end after it, and the points not measured are rows whose status
+            starts with :func:`helpers.device.progress.time_limit_status` of ``time_limit``
+            (seconds, only for that text; "skipped: time limit"). None: no deadline.
 
     Returns:
         One row per (device, backend, size): ``experiment, op, backend, device_kind, device,
@@ -347,9 +239,11 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
         the point was not measured).
 
     Raises:
-        ValueError: unknown op, dtype or device, or sizes that do not fit in memory.
+        ValueError: unknown op, dtype or device, sizes that do not fit in memory, or
+            ``min_run_time`` or ``point_budget_s`` not a number > 0.
     """
     sizes, devices = list(sizes), list(devices)
+    _check_seconds(min_run_time=min_run_time, point_budget_s=point_budget_s)
     if not sizes:
         raise ValueError("sizes must not be empty")
     for device in devices:
@@ -370,6 +264,7 @@ def gemm_sweep(sizes: Iterable[int], devices: Iterable[str] = ("cpu",), dtype: s
     ``unsupported`` rows) beside torch's cuBLAS.
     """
     sizes, devices = list(sizes), list(devices)
+    _check_seconds(min_run_time=min_run_time, point_budget_s=point_budget_s)
     if not sizes:
         raise ValueError("sizes must not be empty")
     for device in devices:
@@ -547,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.experiments.throughput",
         description="Measure elementwise GB/s and GEMM GFLOP/s on the CPU and (if any) the GPU.")
-    parser.add_argument("--out", default=str(results.RESULTS_DIR),
+    parser.add_argument("--out", type=results.writable_folder,
+                        default=str(results.RESULTS_DIR),
                         help="output folder (default: results/)")
     parser.add_argument("--name", default=None,
                         help="file stem (default: 01_throughput_<device>)")

@@ -11,6 +11,7 @@ import ipywidgets as W
 from helpers import occupancy as occ
 from helpers.device import backend
 from helpers.figures import nb07_inside_the_gpu, style
+from helpers.widgets import arguments
 from helpers.widgets.live import LiveChart, _Explorer
 
 
@@ -33,6 +34,16 @@ class OccupancyExplorer(_Explorer):
 
     Source: study Section V-C, Figure 6 (achieved occupancy mostly under 30 %) and Table II;
     the CUDA Occupancy Calculator.
+
+    Args:
+        gpu: a name of :data:`helpers.occupancy.GPU_ARCH` (or this GPU's compute capability).
+        threads_per_block, regs_per_thread, smem_per_block: integers within :data:`RANGES`.
+        vary: ``"registers"`` or ``"threads"``, the chart's x axis.
+        use_figurewidget: True, False, or None to decide from the front end.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong type or out of range (the message
+            names it), before any widget is built.
 
     Attributes:
         gpu: dropdown (values: a GPU name or a compute capability).
@@ -60,16 +71,11 @@ class OccupancyExplorer(_Explorer):
             if cc in occ.SM_LIMITS:
                 options.insert(0, (f"this GPU: {info.gpu_name} (cc {cc})", cc))
         values = [v for _, v in options]
-        if gpu not in values:
-            raise ValueError(f"gpu must be one of {values}, got {gpu!r}")
-        args = dict(threads_per_block=threads_per_block, regs_per_thread=regs_per_thread,
-                    smem_per_block=smem_per_block)
-        for name, (lo, hi, _step) in self.RANGES.items():
-            if isinstance(args[name], bool) or not isinstance(args[name], int) or not (
-                    lo <= args[name] <= hi):
-                raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {args[name]!r}")
-        if vary not in ("registers", "threads"):
-            raise ValueError(f"vary must be 'registers' or 'threads', got {vary!r}")
+        gpu = arguments.choice("gpu", gpu, values)
+        args = {name: arguments.whole(name, value, lo, hi) for (name, (lo, hi, _step)), value
+                in zip(self.RANGES.items(), (threads_per_block, regs_per_thread, smem_per_block))}
+        vary = arguments.choice("vary", vary, ("registers", "threads"))
+        use_figurewidget = arguments.optional_flag("use_figurewidget", use_figurewidget)
         wide = {"description_width": "initial"}
         self.gpu = W.Dropdown(options=options, value=gpu, description="GPU", style=wide,
                               layout=W.Layout(width="360px"))
@@ -103,13 +109,22 @@ class OccupancyExplorer(_Explorer):
 
     def set(self, **values) -> None:
         """Set several controls at once and update once. Keys: ``gpu``, ``threads_per_block``,
-        ``regs_per_thread``, ``smem_per_block``, ``vary``. Raises ValueError for an unknown
-        key (values outside a slider's range are clamped by the slider)."""
+        ``regs_per_thread``, ``smem_per_block``, ``vary``, with the values the constructor
+        takes. Raises ValueError for an unknown key or a value out of range, TypeError for a
+        value of the wrong type (nothing is changed then)."""
         controls = {"gpu": self.gpu, "threads_per_block": self.threads,
                     "regs_per_thread": self.regs, "smem_per_block": self.smem, "vary": self.vary}
         unknown = sorted(set(values) - set(controls))
         if unknown:
             raise ValueError(f"unknown controls {unknown}; choose from {list(controls)}")
+        checked = {}
+        for key, value in values.items():
+            if key in self.RANGES:
+                checked[key] = arguments.whole(key, value, *self.RANGES[key][:2])
+            else:
+                checked[key] = arguments.choice(
+                    key, value, [v for _, v in controls[key].options])
+        values = checked
         self._held = True
         try:
             for key, value in values.items():

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import ipywidgets as W
 
 from helpers import results
 from helpers.device import backend
-from helpers.experiments import throughput
+from helpers.experiments import throughput, throughput_budget
 from helpers.figures import nb01_throughput, style
+from helpers.widgets import arguments
 from helpers.widgets.live import LiveChart, _Explorer
 
 
@@ -24,28 +26,68 @@ class ThroughputExplorer(_Explorer):
 
     Invalid input (a size below 1, smallest above largest, operands larger than the memory
     the device can spare, a dtype a backend lacks) shows a message instead of the charts.
-    Sizes estimated to take more than ``point_budget_s`` are skipped with the estimate.
+    A point estimated to take more than ``point_budget_s`` is skipped with its estimate, the
+    first size included (estimated from a small calibration call of the same operation in the
+    same dtype: :mod:`helpers.experiments.throughput_budget`), and so is a point estimated to
+    end after ``update_budget_s`` from the start of the update; the points not measured are
+    listed with their reasons under the controls.
+
+    Args:
+        op: ``"relu"``, ``"saxpy"`` or ``"gemm"``. dtype: ``"float32"``, ``"float16"`` or
+            ``"bfloat16"``.
+        size_range: (smallest, largest) size, integers >= 1 (default by operation:
+            :data:`DEFAULT_RANGES`); the largest must fit in memory.
+        point_budget_s: seconds one point may take (0 < s <= 600).
+        min_run_time: seconds of timed calls per point (0 < s <= 10).
+        update_budget_s: seconds one update may take, measuring and drawing (0 < s <= 3600).
+        use_figurewidget: True, False, or None to decide from the front end.
+        reference_prefix: file-name prefix of the recorded GPU runs in ``results/``.
+        measure: measure once now (False: empty charts until the controls change).
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong type or out of range (the message
+            names it), before any widget is built or anything measured.
 
     Attributes:
         op, dtype: dropdowns. size_min, size_max: integer boxes. message: the message area.
         runtime_chart, throughput_chart: :class:`LiveChart` objects.
-        rows: the rows last measured.
+        rows: the rows last measured. seconds: how long the last update took.
         widget: the whole explorer, for ``display``.
     """
 
     OPS = {"ReLU (elementwise)": "relu", "SAXPY (elementwise)": "saxpy", "GEMM (n x n)": "gemm"}
     DEFAULT_RANGES = {"relu": (1_000, 1_000_000), "saxpy": (1_000, 1_000_000), "gemm": (64, 512)}
+    #: Largest size accepted (the largest integer a browser's number box holds exactly).
+    MAX_SIZE = 2**53
+    #: Seconds of each update kept for drawing the charts (at most a quarter of the budget).
+    DRAW_RESERVE_S = 0.3
 
     def __init__(self, op: str = "relu", dtype: str = "float32",
                  size_range: tuple[int, int] | None = None, point_budget_s: float = 1.0,
                  min_run_time: float = 0.02, use_figurewidget: bool | None = None,
-                 reference_prefix: str = throughput.PREFIX, measure: bool = True):
-        self.point_budget_s = point_budget_s
-        self.min_run_time = min_run_time
+                 reference_prefix: str = throughput.PREFIX, measure: bool = True,
+                 update_budget_s: float = 10.0):
+        op = arguments.choice("op", op, self.OPS.values())
+        dtype = arguments.choice("dtype", dtype, throughput.DTYPES)
+        self.point_budget_s = arguments.seconds("point_budget_s", point_budget_s, 600)
+        self.min_run_time = arguments.seconds("min_run_time", min_run_time, 10)
+        self.update_budget_s = arguments.seconds("update_budget_s", update_budget_s, 3600)
+        use_figurewidget = arguments.optional_flag("use_figurewidget", use_figurewidget)
+        measure = arguments.flag("measure", measure)
+        if not isinstance(reference_prefix, str):
+            raise TypeError("reference_prefix must be a file-name prefix (a str), got "
+                            f"{arguments.shown(reference_prefix)}")
+        if len(reference_prefix) > 200 or any(c in reference_prefix for c in "/\\\0"):
+            raise ValueError("reference_prefix must be a file-name prefix without a folder, "
+                             f"got {arguments.shown(reference_prefix)}")
         self.devices = ["cpu", "cuda"] if backend.MODE == "gpu" else ["cpu"]
+        lo, hi = self._size_range(size_range, op, dtype)
         self.references = (results.Recorded([], [], throughput.COMMAND) if backend.MODE == "gpu"
                            else throughput.recorded(reference_prefix))
-        lo, hi = size_range or self.DEFAULT_RANGES[op]
+        throughput_budget.warm_up([(d, e, name) for d in self.devices
+                                   for e in ("elementwise", "gemm")
+                                   for name in throughput.backends_for(d, e)])
+        self.seconds = 0.0
         wide = {"description_width": "initial"}
         self.op = W.Dropdown(options=list(self.OPS.items()), value=op, description="operation",
                              style=wide)
@@ -79,6 +121,27 @@ class ThroughputExplorer(_Explorer):
         if measure:
             self.update()
 
+    def _size_range(self, size_range, op: str, dtype: str) -> tuple[int, int]:
+        """The constructor's ``size_range`` checked: two integers, smallest <= largest, the
+        largest within the memory a sweep may use on each device."""
+        if size_range is None:
+            return self.DEFAULT_RANGES[op]
+        if not isinstance(size_range, (tuple, list)):
+            raise TypeError("size_range must be a pair (smallest, largest) of sizes, got "
+                            f"{arguments.shown(size_range)}")
+        if len(size_range) != 2:
+            raise ValueError("size_range must be a pair (smallest, largest) of sizes, got "
+                             f"{len(size_range)} values")
+        lo = arguments.whole("size_range[0]", size_range[0], 1, self.MAX_SIZE, "smallest size")
+        hi = arguments.whole("size_range[1]", size_range[1], 1, self.MAX_SIZE, "largest size")
+        experiment = "gemm" if op == "gemm" else "elementwise"
+        try:
+            for device in self.devices:
+                throughput.check_sizes(experiment, op, lo, hi, dtype, device)
+        except ValueError as exc:
+            raise ValueError(f"size_range: {exc}") from None
+        return lo, hi
+
     def _on_op(self, change) -> None:
         # A new operation gets its own sensible range; set both sizes, then measure once.
         lo, hi = self.DEFAULT_RANGES[change["new"]]
@@ -101,7 +164,9 @@ class ThroughputExplorer(_Explorer):
         return _Pause()
 
     def update(self, *_: object) -> None:
-        """Re-measure with the current controls and redraw both charts (or show why not)."""
+        """Re-measure with the current controls and redraw both charts (or show why not),
+        within ``update_budget_s`` seconds: points that would end later are listed, not run."""
+        start = time.monotonic()
         op, dtype = self.op.value, self.dtype.value
         lo, hi = self.size_min.value, self.size_max.value
         experiment = "gemm" if op == "gemm" else "elementwise"
@@ -112,21 +177,29 @@ class ThroughputExplorer(_Explorer):
             sweep: Callable = (throughput.gemm_sweep if op == "gemm" else
                                lambda *a, **k: throughput.elementwise_sweep(op, *a, **k))
             self.status.value = style.message_html("measuring...", "info")
+            reserve = min(self.DRAW_RESERVE_S, self.update_budget_s / 4)
             rows = sweep(sizes, self.devices, dtype=dtype, min_run_time=self.min_run_time,
-                         point_budget_s=self.point_budget_s, progress=False)
+                         point_budget_s=self.point_budget_s, progress=False,
+                         deadline=start + self.update_budget_s - reserve,
+                         time_limit=self.update_budget_s)
         except ValueError as exc:
             self.show_message(str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a widget shows a message, never a traceback
             self.show_message(f"Could not measure ({type(exc).__name__}): {exc}")
             return
+        finally:
+            self.seconds = time.monotonic() - start
         self.rows = rows
         self.made_on = "measured on " + ", ".join(throughput.device_label(d) for d in self.devices)
         shown = rows + self._reference_rows(op, dtype, lo, hi)
         measured = [r for r in rows if r["status"] == "ok"]
+        skipped = [f"{r['backend']} on {r['device_kind']}, size {r['size']:,}: {r['status']}"
+                   for r in rows if r["status"] != "ok"]
         if not measured:
-            reasons = sorted({r["status"] for r in rows})
-            self.show_message("Nothing could be measured: " + "; ".join(reasons))
+            title = "Nothing could be measured:"
+            self.show_message("\n".join([title, *skipped]))
+            self.message.value = style.list_html(title, skipped, "error")
             return
         unit = "elements" if experiment == "elementwise" else "matrix size n"
         self.runtime_chart.update(nb01_throughput.runtime_figure(
@@ -138,10 +211,15 @@ class ThroughputExplorer(_Explorer):
                 shown, peaks=throughput.bandwidth_peaks(self.references),
                 title=f"{op}: memory throughput ({dtype})")
         self.throughput_chart.update(fig)
-        skipped = [r for r in rows if r["status"] != "ok"]
-        note = f"; {len(skipped)} point(s) not measured: {skipped[0]['status']}" if skipped else ""
-        self.status.value = style.message_html(f"{len(measured)} points measured{note}", "info")
-        self._message_text = ""
+        self.seconds = time.monotonic() - start
+        done = f"{len(measured)} points measured in {self.seconds:.1f} s"
+        if skipped:
+            title = f"{done}; {len(skipped)} point(s) not measured:"
+            self.status.value = style.list_html(title, skipped)
+            self._message_text = "\n".join([title, *skipped])
+        else:
+            self.status.value = style.message_html(done, "info")
+            self._message_text = ""
         self.body.children = [self.charts]
 
     def _reference_rows(self, op: str, dtype: str, lo: int, hi: int) -> list[dict]:
