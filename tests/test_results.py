@@ -248,6 +248,7 @@ COMMANDS_WITH_OUT = [
     ("training_throughput", ["--quick", "--save", "--out", "{bad}"]),
     ("transfers", ["--save", "--out", "{bad}"]),
     ("gpu_reference", ["--out", "{bad}"]),
+    ("throughput", ["--out", "{bad}"]),
 ]
 
 
