@@ -142,9 +142,14 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
         after = wait_for_change(runtime, after)
     assert "(b, i, f, k, s) = (2, 32, 16, 6, 1)" in after["title"]
     check_times(after)
-    # The same strategies, re-measured: new data, not just a new title.
-    assert [t["x"] for t in after["traces"]] == [t["x"] for t in before["traces"]]
-    assert [t["y"] for t in after["traces"]] != [t["y"] for t in before["traces"]]
+    # A strategy estimated over its time budget (a loaded machine) is listed under the charts
+    # instead of drawn, at either setting; those drawn at both were re-measured: new data, not
+    # just a new title. The library to beat is always cheap enough to be drawn.
+    times = [{x: y for t in state["traces"] for x, y in zip(t["x"], t["y"])}
+             for state in (before, after)]
+    common = set(times[0]) & set(times[1])
+    assert "reference" in common, times
+    assert any(times[0][s] != times[1][s] for s in common), times
     finish(page, cell, errors, "06_conv_explorer.png")
 
 
