@@ -15,11 +15,13 @@ Run alone with ``pytest -m browser``; see ``tests/browser.py`` for what they nee
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import nbformat
 import pytest
 
+from helpers.conv import STRATEGIES
 from tools import book
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
@@ -143,13 +145,16 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
     assert "(b, i, f, k, s) = (2, 32, 16, 6, 1)" in after["title"]
     check_times(after)
     # A strategy estimated over its time budget (a loaded machine) is listed under the charts
-    # instead of drawn, at either setting; those drawn at both were re-measured: new data, not
-    # just a new title. The library to beat is always cheap enough to be drawn.
+    # with its reason instead of drawn; those drawn at both settings were re-measured: new
+    # data, not just a new title.
     times = [{x: y for t in state["traces"] for x, y in zip(t["x"], t["y"])}
              for state in (before, after)]
+    notes = cell.locator(".jp-OutputArea").inner_text()
+    ticked = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]  # ticked on a CPU
+    for name in set(ticked) - set(times[1]):
+        assert re.search(rf"{name}: (refused|skipped)", notes), (name, times, notes)
     common = set(times[0]) & set(times[1])
-    assert "reference" in common, times
-    assert any(times[0][s] != times[1][s] for s in common), times
+    assert common and any(times[0][s] != times[1][s] for s in common), (times, notes)
     finish(page, cell, errors, "06_conv_explorer.png")
 
 

@@ -128,7 +128,8 @@ def test_set_changes_several_sliders_and_measures_once(fast_explorer, monkeypatc
 
     monkeypatch.setattr(sweep, "measure", counting)
     ex.set(i=20, k=5)
-    assert calls == [(20, 5, "im2col-gemm"), (20, 5, "reference")]
+    assert calls == [(20, 5, "reference"), (20, 5, "im2col-gemm")]  # the library first
+    assert [r["strategy"] for r in ex.rows] == ["im2col-gemm", "reference"]  # drawn in order
     with pytest.raises(ValueError, match="unknown sliders"):
         ex.set(kernel=3)
 

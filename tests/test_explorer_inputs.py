@@ -457,6 +457,55 @@ def test_probe_measures_a_small_layer_and_scales_a_large_one():
     assert need > conv_budget.calls(True) * found.seconds
 
 
+def _fake_calls(monkeypatch, seconds_at):
+    """Replace one probe call by ``seconds_at(fraction of the full layer's work, call index)``."""
+    full = config_for((8, 3, 64, 64), (16, 3, 5, 5))
+    work = conv_budget._work(full, "reference", True)
+    count = []
+
+    def fake(step, strategy, device, backward, gen):
+        count.append(step)
+        w = conv_budget._work(step, strategy, backward)
+        return seconds_at(min(w[0] / work[0], w[1] / work[1]), len(count))
+
+    monkeypatch.setattr(conv_budget, "_call_seconds", fake)
+    return full, count
+
+
+def test_probe_ignores_a_delayed_call(monkeypatch):
+    """Every third call waits 0.2 s for a core: the fastest call of each step counts, so the
+    estimate is that of the true 1 s layer, not the delay scaled up by the work."""
+    full, _ = _fake_calls(monkeypatch, lambda u, i: u * 1.0 + (0.2 if i % 3 == 1 else 0.0))
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert found.seconds <= 1.0 * conv_budget.SAFETY * 1.01, found.text
+    assert found.seconds >= 1.0, found.text  # never below the true time
+
+
+def test_probe_does_not_scale_a_fixed_delay(monkeypatch):
+    """A fixed 50 ms a call (threads waiting for a core) plus 2 s of work at the full layer:
+    the fixed part is fitted from the last two steps and not multiplied by the work."""
+    full, count = _fake_calls(monkeypatch, lambda u, i: 0.05 + 2.0 * u)
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert "fixed delay" in found.text and "scaled to this layer" in found.text, found.text
+    assert 2.05 <= found.seconds <= 0.05 + 2.0 * conv_budget.SAFETY * 1.01, found.text
+    step = count[-1]  # scaling the whole time of the last step would have said far more
+    scale = 1 / min(a / b for a, b in zip(conv_budget._work(step, "reference", True),
+                                          conv_budget._work(full, "reference", True)))
+    assert (0.05 + 2.0 / scale) * scale * conv_budget.SAFETY > 1.5 * found.seconds
+    # a delay that does not grow with the work: the probe goes on to the full layer
+    full, _ = _fake_calls(monkeypatch, lambda u, i: 0.05 + 0.01 * u)
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert found.text == "one call measured at 0.06 s"
+
+
+def test_probe_repeats_only_short_calls(monkeypatch):
+    """A call of at least REPEAT_BELOW_S is not repeated (the delay hardly matters there)."""
+    full, count = _fake_calls(monkeypatch, lambda u, i: 2 * conv_budget.REPEAT_BELOW_S)
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert len(count) == len(set(count)) > 1  # no step repeated; it never grew: up to full
+    assert found.text.startswith("one call measured at")
+
+
 def test_calibration_ignores_a_fixed_delay(monkeypatch):
     """A call that takes 5 ms whatever its size (another library's threads holding the cores)
     does not stop the calibration early: it grows to the sweep's smallest size."""

@@ -24,8 +24,8 @@ from helpers.conv import STRATEGIES, ConvConfig, config_for, conv2d, conv2d_back
 from helpers.device import backend
 from helpers.experiments import sweep, throughput_budget
 
-__all__ = ["PROBE_TARGET_S", "SAFETY", "Probe", "bounds", "calls", "measure_seconds", "probe",
-           "warm_up"]
+__all__ = ["PROBE_CALLS", "PROBE_TARGET_S", "REPEAT_BELOW_S", "SAFETY", "Probe", "bounds",
+           "calls", "measure_seconds", "probe", "warm_up"]
 
 #: A probe stops growing once one call takes this long (seconds).
 PROBE_TARGET_S = 0.01
@@ -33,6 +33,10 @@ PROBE_TARGET_S = 0.01
 SAFETY = 2.0
 #: A probe step counts once its time grew at least this much from the step before.
 MIN_GROWTH = 1.5
+#: Calls per probe step; the fastest counts. A call of at least REPEAT_BELOW_S seconds is
+#: not repeated (a delay waiting for a core, CALL_DELAY_S, changes it by 20 % at most).
+PROBE_CALLS = 3
+REPEAT_BELOW_S = 0.5
 #: How much slower than the assumed FLOP rate a call may be (up to 1,000 times, measured on a
 #: 2-core CPU for memory-bound layers), and the delay a call may wait for a core while
 #: another process holds it (about 0.09 s, measured under load).
@@ -153,30 +157,45 @@ def _work(cfg: ConvConfig, strategy: str, backward: bool) -> tuple[int, int]:
 def probe(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
           deadline: float | None = None, enough_s: float = 0.0) -> Probe:
     """Estimate one call of ``strategy`` at ``cfg`` from reduced copies of the layer (see the
-    module), each called twice (the faster call counts: a shape's first call can pay for
-    setting it up). Stops at the full layer, once a step's estimate is at most ``enough_s``
-    seconds (small enough for the caller), once a step takes :data:`PROBE_TARGET_S` and grew
-    with the work, or at ``deadline`` (a :func:`time.monotonic` value). Errors of the strategy
-    propagate."""
+    module). Each step counts the fastest of up to :data:`PROBE_CALLS` calls (a shape's first
+    call can pay for setting it up, and any call can wait for a core on a loaded machine: a
+    delay scaled up by the work would refuse a cheap strategy). Stops at the full layer, once
+    a step's estimate is at most ``enough_s`` seconds (small enough for the caller), once a
+    step takes :data:`PROBE_TARGET_S` and grew with the work, or at ``deadline`` (a
+    :func:`time.monotonic` value). When the last two steps grew, the time is fitted as a
+    fixed part (a delay per call that does not grow with the layer: threads waiting for a
+    core) plus one growing with the work, and only the growing part is scaled; otherwise the
+    whole time is. Errors of the strategy propagate."""
     gen = torch.Generator().manual_seed(0)
     full = _work(cfg, strategy, backward)
     before, seconds, scale, step = None, math.inf, 1.0, cfg
     for step in _steps(cfg):
         if STRATEGIES[strategy].supports(step, device) is not None:
             continue
-        seconds = _call_seconds(step, strategy, device, backward, gen)
         flops, elements = _work(step, strategy, backward)
         scale = max(full[0] / flops, full[1] / elements, 1.0)
-        grew = before is not None and seconds >= MIN_GROWTH * before
+        seconds = math.inf
+        for _ in range(PROBE_CALLS):
+            seconds = min(seconds, _call_seconds(step, strategy, device, backward, gen))
+            if (seconds * scale * SAFETY <= enough_s or seconds >= REPEAT_BELOW_S
+                    or (deadline is not None and time.monotonic() >= deadline)):
+                break  # small enough already, or too long for a delay to matter, or no time
+        grew = before is not None and seconds >= MIN_GROWTH * before[0]
         if (scale == 1.0 or seconds * scale * SAFETY <= enough_s
                 or (seconds >= PROBE_TARGET_S and grew)
                 or (deadline is not None and time.monotonic() >= deadline)):
-            seconds = min(seconds, _call_seconds(step, strategy, device, backward, gen))
             break
-        before = seconds
+        before = (seconds, scale)
     if scale == 1.0:
         return Probe(seconds, f"one call measured at {seconds:.2g} s")
-    estimate = seconds * scale * SAFETY
-    return Probe(estimate, f"one call at batch {step.n}, input {step.h} x {step.w} took "
-                           f"{seconds:.2g} s; scaled to this layer ({scale:,.0f} times the "
-                           f"work, x{SAFETY:g} for safety) about {estimate:.2g} s")
+    fixed = 0.0
+    if before is not None and seconds >= MIN_GROWTH * before[0] and before[1] > scale:
+        # t = fixed + growing * (fraction of the full layer's work), through both steps
+        growing = (seconds - before[0]) / (1 / scale - 1 / before[1])
+        fixed = max(0.0, seconds - growing / scale)
+    estimate = fixed + (seconds - fixed) * scale * SAFETY
+    split = (f" ({fixed:.2g} s of it a fixed delay per call, found from the step before)"
+             if fixed > 0 else "")
+    return Probe(estimate, f"the fastest call at batch {step.n}, input {step.h} x {step.w} took "
+                           f"{seconds:.2g} s{split}; scaled to this layer ({scale:,.0f} times "
+                           f"the work, x{SAFETY:g} for safety) about {estimate:.2g} s")
