@@ -38,7 +38,7 @@ def instructions(ptx: str):
     loc = None
     for raw in ptx.splitlines():
         s = raw.strip()
-        if s.startswith(".loc"):
+        if s.startswith(".loc ") or s.startswith(".loc\t"):
             parts = s.split()
             loc = (int(parts[1]), int(parts[2]))
             continue

@@ -18,12 +18,13 @@ import importlib
 import sys
 
 from helpers import compiled
-from helpers.conv import direct, gemm, unroll
+from helpers.conv import direct, gemm, unroll, winograd
 
 __all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "spec", "compiled_table", "format_table",
            "main"]
 
-_F1, _F2, _F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
+_F1, _F2, _F3 = "float32[::1]", "float32[:, ::1]", "float32[:, :, ::1]"
+_F4 = "float32[:, :, :, ::1]"
 _I = "int64"
 
 
@@ -63,6 +64,13 @@ KERNELS: list[KernelSpec] = [
                (_F4, _F2) + (_I,) * 8),
     KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
                (_F2, _F4) + (_I,) * 8),
+    *[KernelSpec(name, "helpers.conv.winograd", "winograd", winograd.THREADS,
+                 (_F4,) + (_I,) * 5 + (_F3,))
+      for name in ("input_transform_kernel", "filter_transform_kernel", "dy_transform_kernel",
+                   "dw_input_kernel")],
+    *[KernelSpec(name, "helpers.conv.winograd", "winograd", winograd.THREADS,
+                 (_F3,) + (_I,) * 4 + (_F4,))
+      for name in ("output_transform_kernel", "dw_output_kernel")],
     KernelSpec("gemm_naive_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
     KernelSpec("gemm_tiled_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
     KernelSpec("relu_kernel", "helpers.elementwise", "elementwise", 256, (_F1, _F1)),

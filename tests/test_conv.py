@@ -174,7 +174,7 @@ def test_bad_input_is_refused_with_the_reason(x, w, stride, padding, match):
 
 def test_unknown_strategy_and_device():
     with pytest.raises(ValueError, match="strategy must be one of"):
-        conv2d(GOOD_X, GOOD_W, strategy="winograd")
+        conv2d(GOOD_X, GOOD_W, strategy="winograd-4x4")
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         conv2d(GOOD_X, GOOD_W, device="tpu")
 
@@ -217,7 +217,8 @@ def test_a_layer_too_large_for_the_simulator_is_refused_up_front():
 
 
 def test_registry_families_flops_and_workspace():
-    assert {s.family for s in STRATEGIES.values()} == {"direct", "unrolling", "fft", "library"}
+    assert {s.family for s in STRATEGIES.values()} == {"direct", "unrolling", "fft", "winograd",
+                                                         "library"}
     assert {"direct-naive", "direct-tiled", "im2col-gemm", "im2col-tiled", "fft",
             "reference"} <= set(STRATEGIES)
     cfg = ConvConfig.from_shapes((2, 3, 9, 8), (4, 3, 3, 2), (2, 1), (1, 0))
@@ -260,7 +261,7 @@ def test_memory_report_puts_analytic_and_measured_side_by_side():
     assert big["workspace_bytes"] > 100 * 2**20
     assert big["peak_bytes"] > 0.5 * big["workspace_bytes"]
     with pytest.raises(ValueError, match="strategy must be one of"):
-        memory_report("winograd", x_shape, w_shape)
+        memory_report("winograd-4x4", x_shape, w_shape)
 
 
 def test_the_float64_reference_follows_the_definition():

@@ -243,7 +243,7 @@ def test_figurewidget_mode_shows_the_bars():
 
 def test_bad_constructor_arguments_raise():
     with pytest.raises(ValueError, match="unknown strategies"):
-        widgets.ConvExplorer(strategies=["winograd"], measure=False, use_figurewidget=False)
+        widgets.ConvExplorer(strategies=["winograd-4x4"], measure=False, use_figurewidget=False)
     with pytest.raises(ValueError, match="device"):
         widgets.ConvExplorer(device="tpu", measure=False, use_figurewidget=False)
     with pytest.raises(ValueError, match="kernel size k"):

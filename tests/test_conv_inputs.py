@@ -44,7 +44,7 @@ WRONG = {
     "stride": NOT_AN_INT + [0, -1, 2**31, 2**70, (1,), (1, 2, 3), [0, 1], np.array([[1, 2]]),
                             np.array([1.5, 2.0]), torch.tensor([1, 0])],
     "padding": NOT_AN_INT + [-1, 2**31, 2**70, (1, 2, 3), (0, -2), np.array([[0, 1]])],
-    "strategy": NOT_A_STRING + ["winograd", "", "FFT"],
+    "strategy": NOT_A_STRING + ["winograd-4x4", "", "FFT"],
     "device": [v for v in NOT_A_STRING if v is not None] + ["tpu", "", "CUDA", "cuda:0"],
     "x_shape": [None, 5, "1,2,5,5", (1, 2, 5), (1, 2, 5.0, 5), (1, 2, "5", 5), (1, 2, -5, 5),
                 (1, 2, 5, 5, 1), (True, 2, 5, 5)],

@@ -71,7 +71,7 @@ def test_points_over_the_time_budget_are_refused_with_the_estimate():
 def test_bad_arguments():
     cfg = config_for((1, 1, 5, 5), (1, 1, 3, 3))
     with pytest.raises(ValueError, match="strategy must be one of"):
-        measure(cfg, "winograd", "cpu")
+        measure(cfg, "winograd-4x4", "cpu")
     with pytest.raises(ValueError, match="device must be"):
         measure(cfg, "fft", "tpu")
     with pytest.raises(ValueError, match="preset must be one of"):

@@ -65,7 +65,7 @@ class PickCase:
 
 def _row(strategy: str, median_ms: float | None, workspace_bytes: int | None,
          status: str = "ok", tensors: int = 0) -> dict:
-    family = {"direct": "direct", "im2col": "unrolling", "fft": "fft",
+    family = {"direct": "direct", "im2col": "unrolling", "fft": "fft", "winograd": "winograd",
               "reference": "library"}[strategy.split("-")[0]]
     return {"strategy": strategy, "family": family, "device": "synthetic", "pass": "forward",
             "median_ms": median_ms, "iqr_ms": None if median_ms is None else 0.01,

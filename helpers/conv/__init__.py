@@ -10,9 +10,9 @@ are ints or (h, w) pairs. Inputs are NumPy arrays or torch tensors; results are 
 kind as ``x``; ``device`` picks ``"cpu"`` or ``"cuda"`` (see :func:`conv2d`).
 
 :data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
-``unrolling``, ``fft``, ``library``), what it supports, its FLOPs and its analytic workspace.
+``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, its FLOPs and its analytic workspace.
 
-Source: Li et al., ICPP 2016, Section II-B (the three strategies) and Figures 3-5.
+Source: Li et al., ICPP 2016, Section II-B and Figures 3-5; Winograd: Lavin and Gray, 2016.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from helpers.conv import direct, fft, reference, unroll
+from helpers.conv import direct, fft, reference, unroll, winograd
 from helpers.conv.config import ConvConfig
 from helpers.device import backend, host, memory
 from helpers.device.arrays import cuda_device, to_torch
@@ -42,7 +42,8 @@ class Strategy:
     """One way of computing a convolution.
 
     Attributes:
-        name: registry key. family: ``direct``, ``unrolling``, ``fft`` or ``library``.
+        name: registry key. family: ``direct``, ``unrolling``, ``fft``, ``winograd`` or
+            ``library``.
         description: one paragraph for learners.
         devices: where it runs (``"cpu"``, ``"cuda"``).
         uses_numba_kernels: its CUDA path launches our Numba kernels (so the simulator budget
@@ -163,6 +164,18 @@ STRATEGIES: dict[str, Strategy] = {
             _supports=_fft_supports, finite_only=True,
             stride_note="stride 1 natively; a larger stride computes the stride-1 output and "
                         "keeps every s-th row and column, so it costs the full stride-1 work"),
+        Strategy(
+            "winograd", "winograd",
+            "Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray, 2016): each 4 x 4 input "
+            "tile and 3 x 3 filter are transformed (our CUDA kernels; torch on the CPU), 16 "
+            "batched GEMMs by cuBLAS/BLAS multiply-accumulate over channels, and each product "
+            "is transformed back to a 2 x 2 output tile: 16 multiplies instead of 36. 3 x 3 "
+            "kernels, stride 1.",
+            ("cpu", "cuda"),
+            lambda x, w, cfg, d: winograd.forward(x, w, cfg, d),
+            lambda x, w, dy, cfg, d: winograd.backward(x, w, dy, cfg, d),
+            winograd.flops, winograd.workspace_bytes, _supports=winograd.supports,
+            uses_numba_kernels=True, stride_note="stride 1 only"),
         Strategy(
             "reference", "library",
             "torch.nn.functional.conv2d and its autograd backward: cuDNN on an NVIDIA GPU, "

@@ -88,8 +88,9 @@ FIELDS = ("preset", "sweep", "x", "layer", "b", "i", "f", "k", "s", "c", "paddin
 #: points that would take too long before running them; never reported as measurements.
 #: Deliberately optimistic for the slow paths, so that a refusal is a safe call.
 ASSUMED_GFLOPS = {
-    "cpu": {"direct": 5.0, "unrolling": 40.0, "fft": 8.0, "library": 40.0},
-    "cuda": {"direct": 500.0, "unrolling": 5000.0, "fft": 2000.0, "library": 10000.0},
+    "cpu": {"direct": 5.0, "unrolling": 40.0, "fft": 8.0, "winograd": 40.0, "library": 40.0},
+    "cuda": {"direct": 500.0, "unrolling": 5000.0, "fft": 2000.0, "winograd": 5000.0,
+             "library": 10000.0},
 }
 
 

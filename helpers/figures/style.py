@@ -30,6 +30,7 @@ COLORS = {
     "im2col-gemm": "#56B4E9",
     "im2col-tiled": "#009E73",
     "fft": "#000000",
+    "winograd": "#E69F00",
     "peak": "#555555",
 }
 
