@@ -11,7 +11,7 @@ imported anywhere in the workbook, and records it in :data:`MODE`:
 
 A ``NUMBA_ENABLE_CUDASIM`` set by the user first is respected (see :func:`_decide`).
 :func:`describe` returns a readable report, :func:`info` the same as a :class:`BackendInfo`;
-peak FP32 FLOP/s and memory bandwidth come from :data:`KNOWN_GPUS`, NVIDIA datasheet figures.
+peak FP32 and tensor-core FLOP/s and memory bandwidth come from :data:`KNOWN_GPUS` (datasheets).
 """
 
 from __future__ import annotations
@@ -29,28 +29,17 @@ import warnings
 
 from helpers.device import host
 
-__all__ = [
-    "KNOWN_GPUS",
-    "MODE",
-    "MODE_REASON",
-    "BackendInfo",
-    "BackendWarning",
-    "GpuSpec",
-    "describe",
-    "in_colab",
-    "info",
-    "lookup_gpu",
-    "timings_meaningful",
-]
+__all__ = ["KNOWN_GPUS", "MODE", "MODE_REASON", "BackendInfo", "BackendWarning", "GpuSpec",
+           "describe", "in_colab", "info", "lookup_gpu", "timings_meaningful"]
 
 
 class BackendWarning(UserWarning):
-    """The backend could not be chosen as intended (for example ``numba.cuda`` imported too early)."""
+    """The backend could not be chosen as intended (e.g. ``numba.cuda`` imported too early)."""
 
 
 # --------------------------------------------------------------------------------------------
-# Known GPUs: datasheet peaks. FP32 is the non-tensor-core peak; FP16 is the dense tensor-core
-# peak (without sparsity). Bandwidth is the memory bandwidth of the board.
+# Known GPUs: datasheet peaks. FP32 is the non-tensor-core peak; FP16, BF16 and TF32 are dense
+# tensor-core peaks (without sparsity). Bandwidth is the memory bandwidth of the board.
 # --------------------------------------------------------------------------------------------
 
 
@@ -67,6 +56,8 @@ class GpuSpec:
             cores.
         bandwidth_bytes_s: peak memory bandwidth in bytes/s.
         source: the datasheet the figures come from.
+        tf32_tensor_flops, bf16_tensor_flops: dense TF32 (float32 GEMMs and convolutions
+            with TF32 allowed) and BF16 tensor-core peaks, FLOP/s; None before Ampere (sm_80).
     """
 
     name: str
@@ -76,6 +67,8 @@ class GpuSpec:
     fp16_tensor_flops: float | None
     bandwidth_bytes_s: float
     source: str
+    tf32_tensor_flops: float | None = None
+    bf16_tensor_flops: float | None = None
 
 
 _GB = 10**9
@@ -84,6 +77,13 @@ _T = 1e12
 
 #: Patterns (lower case, all must occur in the device name) mapped to datasheet figures.
 #: Ordered: the first match wins, so specific variants come before generic ones.
+#:
+#: Tensor-core columns (the last two: TF32, BF16) are dense, without sparsity. The A100
+#: datasheet lists dense figures (TF32 156, BF16 = FP16 312 TFLOPS). The L4, H100 and H200
+#: datasheets list "with sparsity" figures (*), twice the dense ones, so dense = half: TF32
+#: 120* (L4), 756* (H100 PCIe), 835* (H100 NVL, H200 NVL), 989* (H100 SXM, H200 SXM). The
+#: FP16 column rounds a half down (1,979* -> 989); BF16 takes the FP16 value, as each of these
+#: datasheets lists the same figure for both. K40, T4 and V100: no TF32 or BF16 tensor cores.
 KNOWN_GPUS: list[tuple[tuple[str, ...], GpuSpec]] = [
     (("k40",), GpuSpec(
         "Tesla K40c", 15, 12 * _GIB, 4.29 * _T, None, 288 * _GB,
@@ -100,31 +100,31 @@ KNOWN_GPUS: list[tuple[tuple[str, ...], GpuSpec]] = [
         "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2)")),
     (("a100", "80gb", "pcie"), GpuSpec(
         "A100 80GB PCIe", 108, 80 * _GIB, 19.5 * _T, 312 * _T, 1935 * _GB,
-        "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)")),
+        "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)", 156 * _T, 312 * _T)),
     (("a100", "80gb"), GpuSpec(
         "A100 80GB SXM", 108, 80 * _GIB, 19.5 * _T, 312 * _T, 2039 * _GB,
-        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)")),
+        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)", 156 * _T, 312 * _T)),
     (("a100",), GpuSpec(
         "A100 40GB", 108, 40 * _GIB, 19.5 * _T, 312 * _T, 1555 * _GB,
-        "NVIDIA A100 Tensor Core GPU datasheet (40GB)")),
+        "NVIDIA A100 Tensor Core GPU datasheet (40GB)", 156 * _T, 312 * _T)),
     (("l4",), GpuSpec(
         "L4", 58, 24 * _GIB, 30.3 * _T, 121 * _T, 300 * _GB,
-        "NVIDIA L4 Tensor Core GPU datasheet")),
+        "NVIDIA L4 Tensor Core GPU datasheet", 120 / 2 * _T, 121 * _T)),
     (("h100", "pcie"), GpuSpec(
         "H100 PCIe", 114, 80 * _GIB, 51 * _T, 756 * _T, 2000 * _GB,
-        "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe)")),
+        "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe)", 756 / 2 * _T, 756 * _T)),
     (("h100", "nvl"), GpuSpec(
         "H100 NVL", 132, 94 * _GIB, 60 * _T, 835 * _T, 3900 * _GB,
-        "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL)")),
+        "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL)", 835 / 2 * _T, 835 * _T)),
     (("h100",), GpuSpec(
         "H100 SXM", 132, 80 * _GIB, 67 * _T, 989 * _T, 3350 * _GB,
-        "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM)")),
+        "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM)", 989 / 2 * _T, 989 * _T)),
     (("h200", "nvl"), GpuSpec(
         "H200 NVL", 132, 141 * _GB, 60 * _T, 835 * _T, 4800 * _GB,
-        "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL)")),
+        "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL)", 835 / 2 * _T, 835 * _T)),
     (("h200",), GpuSpec(
         "H200 SXM", 132, 141 * _GB, 67 * _T, 989 * _T, 4800 * _GB,
-        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)")),
+        "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)", 989 / 2 * _T, 989 * _T)),
 ]
 
 
@@ -225,8 +225,9 @@ def _decide() -> tuple[str, str, int | None]:
     if "numba.cuda" in sys.modules:
         mode = "simulator" if _simulator_active() else ("gpu" if usable else "unavailable")
         warnings.warn(
-            "numba.cuda was imported before helpers.device.backend, so the workbook could not choose "
-            f"where kernels run; it found mode '{mode}'. Import helpers (or helpers.device.backend) "
+            "numba.cuda was imported before helpers.device.backend, so the workbook could not "
+            f"choose where kernels run; it found mode '{mode}'. Import helpers (or "
+            "helpers.device.backend) "
             "before numba, or restart the kernel and import helpers first.",
             BackendWarning,
             stacklevel=_user_stacklevel(),
