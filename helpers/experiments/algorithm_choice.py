@@ -1,0 +1,595 @@
+"""Which algorithm the libraries choose per layer: cuDNN on a GPU, oneDNN on the CPU.
+
+GPU: with ``torch.backends.cudnn.benchmark = True`` (cuDNN times its candidates once, then
+keeps the fastest), the CUDA kernels of a warm call are named by ``torch.profiler`` and mapped to
+an algorithm family by :func:`family_of_kernel`; :func:`main_algorithm` picks the call's.
+CPU: oneDNN's verbose mode prints the implementation it ran (``jit:avx2``, ``gemm:jit``...) on
+file descriptor 1, captured by :func:`capture_fd`, parsed by :func:`parse_onednn` and mapped by
+:func:`family_of_onednn`; when torch does not call oneDNN the row says so. :func:`measure` gives
+a row per (layer, pass), :func:`choices_along` follows one of (b, i, f, k, s),
+:func:`recorded` reads ``results/algorithm_choice_*``. Layers in the study's (b, i, f, k, s)
+plus channels c; times in ms.
+
+Source: Li et al., ICPP 2016, Table I and Figure 3 (the layers and sweeps); cuDNN's algorithm
+enums (cudnnConvolutionFwdAlgo_t); oneDNN's verbose mode documentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import re
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from helpers import results
+from helpers.conv.config import ConvConfig
+from helpers.device import backend, timing
+from helpers.device.progress import time_limit_status, time_up
+from helpers.experiments import sweep
+from helpers.experiments.transfer_model import layer_for
+from helpers.experiments.transfers import format_table as _text_table
+from helpers.paper import TABLE_I
+
+__all__ = [
+    "FAMILIES", "PASSES", "PARAMETERS", "FIELDS", "TABLE_COLUMNS", "PREFIX", "COMMAND",
+    "family_of_kernel", "short_kernel_name", "kernel_times", "main_algorithm",
+    "family_of_onednn", "parse_onednn", "capture_fd", "torch_backend", "gpu_reason",
+    "gpu_choice", "cpu_choice", "measure", "choices_along", "summary", "recorded",
+    "format_table", "main",
+]
+
+#: Algorithm families; "other" is a helper (layout change, offsets, scaling, copy): no algorithm.
+FAMILIES = ("implicit-gemm", "winograd", "fft", "fft-tiling", "direct", "gemm", "other")
+#: The passes of a layer: y from x and w; dx from dy and w; dw from dy and x.
+PASSES = ("forward", "backward-data", "backward-filter")
+#: The study's symbols :func:`choices_along` can vary (Figure 3's axes).
+PARAMETERS = ("b", "i", "f", "k", "s")
+FIELDS = ("layer", "b", "c", "i", "f", "k", "s", "padding", "pass", "library", "algorithm",
+          "kernel", "kernel_ms", "median_ms", "kernels", "tf32", "device", "device_kind",
+          "status")
+TABLE_COLUMNS = ("layer", "b", "pass", "library", "algorithm", "kernel", "kernel_ms",
+                 "median_ms", "status")
+PREFIX = "algorithm_choice_"
+COMMAND = "python -m helpers.experiments.algorithm_choice --save"
+
+# cuDNN kernel names as shown by nsys/nvprof/torch.profiler, matched lower-case; first match wins.
+# Where each pattern's names were seen is cited beside them in tests/test_algorithm_choice.py.
+# cuDNN documents backward ALGO_0/1 as matrix products "without forming the matrix": implicit GEMM.
+_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"nchwtonhwc|nhwctonchw|transpose|offsetskernel|redzone|scale\w*tensor|op_tensor|memcpy"
+     r"|memset|compute_gemm_pointers", "other"),
+    (r"winograd", "winograd"),
+    (r"fft_?til", "fft-tiling"),
+    (r"(?<![a-z])fft|flip_filter|cgemm", "fft"),
+    (r"explicit_convolve|im2col", "gemm"),
+    (r"implicit_convolve|precomputed_convolve|implicit_gemm|convolve_common_engine|dgrad_engine"
+     r"|dgrad2d_alg|wgrad_alg\d|scudnn|s\d+cudnn|(fprop|dgrad|wgrad)_(optimized|analytic)"
+     r"|xmma_(fprop|dgrad|wgrad)", "implicit-gemm"),
+    (r"direct_kernel|grouped_direct|wgrad2d_shmem_tiling|depthwiseconvolution", "direct"),
+    (r"[shdc]gemm|gemmsn|(?<![a-z])gemm", "gemm"),  # a plain (cuBLAS-like) GEMM: the last rule
+)
+_COMPILED = tuple((re.compile(p), fam) for p, fam in _KERNEL_PATTERNS)
+_PLAIN_GEMM = len(_COMPILED) - 1
+
+
+def _check_count(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _check(value, name: str, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _classify(name: str) -> tuple[str, int | None]:
+    low = name.lower()
+    for j, (pattern, family) in enumerate(_COMPILED):
+        if pattern.search(low):
+            return family, j
+    return "other", None  # not recognised
+
+
+def family_of_kernel(name: str) -> str:
+    """The algorithm family (one of :data:`FAMILIES`) of a CUDA kernel, from its name as
+    torch.profiler, nsys or nvprof show it: ``implicit-gemm`` (implicit/precomputed sgemm, xmma
+    and CUTLASS fprop/dgrad/wgrad, scudnn), ``winograd`` (fused, non-fused, its transforms),
+    ``fft`` (fft*_r2c/c2r, flip_filter, complex GEMMs), ``fft-tiling`` (only a kernel naming its
+    tiling: FFT kernel names seldom say whether cuDNN tiled the input, so FFT_TILING mostly reads
+    ``fft``), ``direct``, ``gemm`` (im2col, explicit_convolve_sgemm, a plain library GEMM),
+    ``other`` (layout changes such as nchwToNhwcKernel, offsets, scaling, copies, unknown names).
+    Raises ValueError if ``name`` is not a non-empty str."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name must be a non-empty kernel name, got {name!r}")
+    return _classify(name)[0]
+
+
+def short_kernel_name(name: str, width: int = 64) -> str:
+    """A kernel name without ``void``, argument list and template arguments (but the first of a
+    generic ``Kernel<...>`` wrapper, which names the real kernel), cut to ``width`` (>= 8)
+    characters with ``...``. Raises ValueError if ``width < 8``."""
+    if width < 8:
+        raise ValueError(f"width must be >= 8 characters, got {width}")
+    depth, out = 0, []
+    for ch in name.strip().removeprefix("void "):  # up to the "(" outside template brackets
+        if ch == "(" and depth == 0 and out:
+            break
+        depth += (ch == "<") - (ch == ">")
+        out.append(ch)
+    head, lt, rest = "".join(out).strip().partition("<")
+    s = f"{head}<{rest.split(',')[0].rstrip('>')}>" if lt and re.search(
+        r"kernel\d*$", head, re.IGNORECASE) else head
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def kernel_times(events: Iterable, repeats: int = 1) -> list[tuple[str, float]]:
+    """``(name, ms per call)`` of each CUDA kernel (and copy, memset) in profiler events, summed
+    over launches of a name and divided by ``repeats`` (>= 1, the calls profiled), largest first.
+    ``events``: ``torch.profiler.profile(...).events()`` (items with ``name``, ``device_type``,
+    ``time_range.elapsed_us()``); only those of ``DeviceType.CUDA`` count. Raises ValueError
+    if ``repeats < 1``."""
+    _check_count(repeats, "repeats")
+    totals: dict[str, float] = {}
+    for evt in events:
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            totals[evt.name] = totals.get(evt.name, 0.0) + evt.time_range.elapsed_us() / 1e3
+    return sorted(((n, t / repeats) for n, t in totals.items()), key=lambda p: -p[1])
+
+
+def main_algorithm(kernels: Sequence[tuple[str, float]]) -> tuple[str | None, str | None,
+                                                                   float | None]:
+    """The algorithm of one call, from its ``(name, ms)`` kernels (:func:`kernel_times`): the
+    family of the kernel with the largest CUDA time that is not ``other``, returned as
+    ``(family, name, ms)``. A plain library GEMM (sgemm, gemmSN...) largest in a call that also
+    ran Winograd or FFT kernels is that algorithm's batched product (non-fused Winograd, FFT's
+    pointwise products): the call is named after them. ``(None, name, ms)`` of the largest
+    kernel when all are ``other``; ``(None, None, None)`` for no kernels."""
+    if not kernels:
+        return None, None, None
+    algos = [(*_classify(n), n, ms) for n, ms in kernels if _classify(n)[0] != "other"]
+    if not algos:
+        return (None, *max(kernels, key=lambda p: p[1]))
+    family, rule, name, ms = max(algos, key=lambda k: k[3])
+    if rule == _PLAIN_GEMM:
+        found = {k[0] for k in algos}
+        family = next((f for f in ("winograd", "fft", "fft-tiling") if f in found), family)
+    return family, name, ms
+
+
+def family_of_onednn(impl: str) -> str:
+    """The algorithm family of a oneDNN convolution implementation, by the names oneDNN gives
+    them (``JIT_IMPL_NAME_HELPER`` in its ``src/cpu``) and prints in verbose mode: ``jit:avx2``,
+    ``jit_1x1:avx2``, ``jit_dw:avx2`` (seen here), ``brg_conv_fwd:avx512_core``, ``brgconv_bwd_w``
+    (BRGEMM micro-kernels in the direct loop nest) and ``ref:any`` are ``direct``; ``gemm:jit``,
+    ``gemm:blas``, ``indirect_gemm:acl`` are ``gemm`` (im2col + GEMM); ``jit_wino_4x3:...``,
+    ``wino:acl`` are ``winograd``; anything else is ``other``. Raises ValueError if ``impl``
+    is not a str."""
+    if not isinstance(impl, str):
+        raise ValueError(f"impl must be a str, got {impl!r}")
+    s = impl.strip().lower()
+    if "wino" in s:
+        return "winograd"
+    if "gemm" in s and not s.startswith("brg"):
+        return "gemm"
+    return "direct" if s.startswith(("jit", "ref", "brg")) else "other"
+
+
+_PROP_PASS = {"forward_training": "forward", "forward_inference": "forward",
+              "backward_data": "backward-data", "backward_weights": "backward-filter"}
+
+
+def parse_onednn(text: str) -> list[dict]:
+    """The primitives executed, from oneDNN (DNNL, MKL-DNN) verbose output: the ``exec`` lines
+    of every format version, ``onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx2,
+    forward_training,...,alg:convolution_direct,mb1_ic3oc96_...,14.239`` (oneDNN 3),
+    ``dnnl_verbose,exec,cpu,...`` and ``mkldnn_verbose,exec,convolution,...`` (no engine).
+
+    Returns:
+        One dict per line, in order: ``primitive`` (``convolution``, ``reorder``...), ``impl``,
+        ``prop_kind``, ``pass`` (one of :data:`PASSES`, or the prop_kind), ``alg``
+        (``convolution_direct``... or ""), ``problem``, ``ms`` (oneDNN's time, or None).
+    """
+    calls = []
+    for line in text.splitlines():
+        parts = line.strip().split(",")
+        if not parts[0].endswith("_verbose") or "exec" not in parts:
+            continue
+        rest = parts[parts.index("exec") + 1:]
+        rest = rest[1:] if rest and rest[0] in ("cpu", "gpu") else rest
+        if len(rest) < 3:
+            continue
+        try:
+            ms = float(rest[-1])
+        except ValueError:
+            ms = None
+        calls.append({"primitive": rest[0], "impl": rest[1], "prop_kind": rest[2],
+                      "pass": _PROP_PASS.get(rest[2], rest[2]),
+                      "alg": next((p[4:] for p in rest if p.startswith("alg:")), ""),
+                      "problem": rest[-2] if ms is not None else rest[-1], "ms": ms})
+    return calls
+
+
+def _flush() -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, AttributeError, TypeError):  # no C library (Windows)
+        ctypes.CDLL(None).fflush(None)  # the C library's buffered stdout (oneDNN uses printf)
+
+
+@contextlib.contextmanager
+def capture_fd(fd: int = 1) -> Iterator[types.SimpleNamespace]:
+    """Capture what is written to file descriptor ``fd`` (1: the C-level stdout, where oneDNN
+    prints) inside the block: ``with capture_fd() as cap: ...`` then ``cap.text`` (str). The
+    descriptor points at a temporary file until the block ends, also when it raises.
+
+    Raises:
+        ValueError: ``fd`` is not an open descriptor (before anything is redirected).
+    """
+    try:
+        saved = os.dup(fd)
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"fd must be an open file descriptor, got {fd!r}") from exc
+    cap = types.SimpleNamespace(text="")
+    _flush()
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield cap
+        finally:
+            _flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            cap.text = tmp.read().decode(errors="replace")
+
+
+def torch_backend(layer: ConvConfig | str, device: str = "cpu") -> str:
+    """The convolution backend torch picks for ``layer`` (float32 NCHW) on ``device``:
+    ``"Mkldnn"`` (oneDNN), ``"Slow2d"`` (torch's own im2col + GEMM), ``"Cudnn"``..., from
+    torch's own selector ``torch._C._select_conv_backend``; ``"unknown"`` where it is missing.
+    Raises ValueError for an unknown layer or device."""
+    lay = layer_for(layer)
+    _check(device, "device", ("cpu", "cuda"))
+    x, w = torch.empty(lay.x_shape, device=device), torch.empty(lay.w_shape, device=device)
+    try:
+        chosen = torch._C._select_conv_backend(x, w, None, (lay.stride_h, lay.stride_w),
+                                               (lay.pad_h, lay.pad_w), (1, 1), False, (0, 0),
+                                               1, None)
+    except (AttributeError, TypeError, RuntimeError):
+        return "unknown"
+    return str(chosen).rsplit(".", 1)[-1]
+
+
+def gpu_reason() -> str | None:
+    """Why cuDNN's choice cannot be observed here (a sentence starting ``"not measured: "``),
+    or None on a CUDA GPU that torch can use."""
+    if backend.MODE != "gpu":
+        return f"not measured: no CUDA GPU here ({backend.MODE_REASON})"
+    if not torch.cuda.is_available():
+        return "not measured: a GPU is present but torch cannot use it (a CPU-only build?)"
+    return None
+
+
+def _row(lay: ConvConfig, pass_: str, kind: str, **values) -> dict:
+    return {**dict.fromkeys(FIELDS), **dict(zip("bifks", lay.study)), "layer": lay.name,
+            "c": lay.c, "padding": lay.pad_h, "device_kind": kind, "pass": pass_, **values}
+
+
+def _call(lay: ConvConfig, pass_: str, device: str, seed: int):
+    """The pass as a call on random float32 tensors: F.conv2d, or aten's convolution_backward
+    (what autograd runs) for dx or dw alone."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x, w, dy = (torch.randn(shape, generator=gen, device=device)
+                for shape in (lay.x_shape, lay.w_shape, lay.y_shape))
+    stride, padding = (lay.stride_h, lay.stride_w), (lay.pad_h, lay.pad_w)
+    if pass_ == "forward":
+        return lambda: F.conv2d(x, w, None, stride, padding)
+    mask = [pass_ == "backward-data", pass_ == "backward-filter", False]
+    return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, stride, padding, (1, 1),
+                                                       False, (0, 0), 1, mask)
+
+
+def cpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | None = None,
+               timed: bool = True, min_run_time: float = 0.05, budget_s: float = 2.0,
+               seed: int = 0) -> dict:
+    """What torch ran on the CPU for one pass of a layer, as oneDNN's verbose mode reports it:
+    one untimed call, one with verbose on and fd 1 captured, then (``timed``) the pass timed
+    by :func:`helpers.device.timing.benchmark` for ``min_run_time`` s.
+
+    Args:
+        layer: a ConvConfig or a Table I name. pass_: one of :data:`PASSES`. batch: replaces
+            the layer's (None: keep it). budget_s: refuse a call estimated longer (s, by
+            :func:`helpers.experiments.sweep.refusal`). seed: of the random float32 inputs.
+
+    Returns the keys of :data:`FIELDS`: ``library`` (``oneDNN <version>`` or ``torch
+    (<backend>)``), ``algorithm`` (:func:`family_of_onednn` of the convolution line with the
+    largest time; ``gemm`` when torch used its own im2col + GEMM), ``kernel`` (e.g.
+    ``jit:avx2``), ``kernel_ms`` (the time oneDNN printed), ``kernels`` (every primitive it ran),
+    ``median_ms``, ``status`` (``ok``, or what happened instead).
+
+    Raises:
+        ValueError: an unknown layer or pass, ``batch < 1``.
+    """
+    lay = layer_for(layer, batch)
+    _check(pass_, "pass_", PASSES)
+    dev, chosen = timing.device_label("cpu"), torch_backend(lay, "cpu")
+    refused = sweep.refusal(lay, "reference", "cpu", pass_ != "forward", budget_s)
+    if refused:
+        return _row(lay, pass_, "cpu", device=dev, status=refused)
+    call = _call(lay, pass_, "cpu", seed)
+    call()
+    try:
+        with capture_fd() as cap, torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            call()
+    except AssertionError:  # torch's verbose scope asserts that oneDNN accepted the level
+        cap = types.SimpleNamespace(text="")
+    lines = parse_onednn(cap.text)
+    convs = [c for c in lines if c["primitive"] == "convolution"]
+    ms = timing.benchmark(call, device="cpu", min_run_time=min_run_time).median_ms if timed \
+        else None
+    common = dict(median_ms=ms, device=dev, library=f"torch ({chosen})")
+    if convs:
+        top = max(convs, key=lambda c: c["ms"] or 0.0)
+        found = re.search(r"(?:oneDNN|MKL-DNN)\s+v([\d.]+)", torch.__config__.show())
+        common["library"] = f"oneDNN {found.group(1)}" if found else "oneDNN"
+        return _row(lay, pass_, "cpu", **common, algorithm=family_of_onednn(top["impl"]),
+                    kernel=top["impl"], kernel_ms=top["ms"], status="ok",
+                    kernels="; ".join(f"{c['primitive']} {c['impl']} {c['ms']} ms" for c in lines))
+    if chosen in ("Slow2d", "SlowDilated2d"):
+        aten = "forward" if pass_ == "forward" else "backward"
+        return _row(lay, pass_, "cpu", **common, algorithm="gemm",
+                    kernel=f"aten::_slow_conv2d_{aten}",
+                    status="torch did not call oneDNN for this layer (it used its own "
+                           "im2col + GEMM path, slow_conv2d)")
+    return _row(lay, pass_, "cpu", **common, status="no oneDNN convolution line was printed "
+                f"(torch's backend: {chosen})")
+
+
+def gpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | None = None,
+               repeats: int = 3, min_run_time: float = 0.05, budget_s: float = 2.0,
+               seed: int = 0) -> dict:
+    """cuDNN's choice for one pass of a layer on this GPU, named by the kernels it ran: with
+    ``torch.backends.cudnn.benchmark = True`` (restored afterwards), two untimed calls (in the
+    first cuDNN times its candidates), ``repeats`` (>= 1) calls under ``torch.profiler`` whose
+    kernels give :func:`main_algorithm`, then the pass timed by
+    :func:`helpers.device.timing.benchmark` for ``min_run_time`` s (blocks of calls between two
+    synchronisations). ``layer, pass_, batch, budget_s, seed``: as :func:`cpu_choice`.
+
+    Returns the keys of :data:`FIELDS`: ``library`` (``cuDNN <version>``, or torch's backend
+    when it did not call cuDNN), ``algorithm`` (of :data:`FAMILIES`, None if no kernel names
+    one), ``kernel`` (:func:`short_kernel_name`), ``kernel_ms`` (its CUDA time per call),
+    ``median_ms``, ``kernels`` (the five largest, with family and ms), ``tf32``
+    (``torch.backends.cudnn.allow_tf32``), ``status``; without a GPU, None and why.
+
+    Raises:
+        ValueError: an unknown layer or pass, ``batch < 1``, ``repeats < 1``.
+    """
+    lay = layer_for(layer, batch)
+    _check(pass_, "pass_", PASSES)
+    _check_count(repeats, "repeats")
+    reason = gpu_reason()
+    if reason:
+        return _row(lay, pass_, "cuda", device="no CUDA GPU", status=reason)
+    dev = timing.device_label("cuda")
+    try:
+        reason = sweep.refusal(lay, "reference", "cuda", pass_ != "forward", budget_s)
+        chosen = torch_backend(lay, "cuda")
+    except Exception as exc:  # noqa: BLE001  (a sticky CUDA error from an earlier layer)
+        reason = f"failed: {type(exc).__name__}: {exc}"
+    if reason:
+        return _row(lay, pass_, "cuda", device=dev, status=reason)
+    v = torch.backends.cudnn.version() or 0  # 90100 is 9.1.0 (cuDNN 8: 8907 is 8.9.7)
+    major, rest = divmod(v, 10000 if v >= 90000 else 1000)
+    library = f"cuDNN {major}.{rest // 100}.{rest % 100}" if chosen == "Cudnn" \
+        else f"torch ({chosen})"
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        call = _call(lay, pass_, "cuda", seed)
+        for _ in range(2):
+            call()
+        torch.cuda.synchronize()
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(repeats):
+                call()
+            torch.cuda.synchronize()
+        kernels = kernel_times(prof.events(), repeats)
+        median = timing.benchmark(call, device="cuda", min_run_time=min_run_time).median_ms
+    except Exception as exc:  # noqa: BLE001  (an out-of-memory, a CUDA or profiler error)
+        return _row(lay, pass_, "cuda", library=library, device=dev,
+                    status=f"failed: {type(exc).__name__}: {exc}")
+    finally:
+        torch.backends.cudnn.benchmark = before
+    family, name, ms = main_algorithm(kernels)
+    status = "ok" if chosen == "Cudnn" else f"torch did not call cuDNN (it chose {chosen})"
+    if family is None:
+        status = "no kernel named a known algorithm" if kernels else "no CUDA kernel recorded"
+    elif _classify(kernels[0][0]) == ("other", None):
+        status += f" (the largest kernel, {short_kernel_name(kernels[0][0])}, is not recognised)"
+    listed = "; ".join(f"{family_of_kernel(n)} {t:.4g} ms {short_kernel_name(n, 48)}"
+                       for n, t in kernels[:5])
+    return _row(lay, pass_, "cuda", library=library, algorithm=family, kernel_ms=ms,
+                kernel=short_kernel_name(name) if name else None, median_ms=median,
+                kernels=listed, tf32=torch.backends.cudnn.allow_tf32, device=dev, status=status)
+
+
+def _passes(backward: bool) -> tuple[str, ...]:
+    if not isinstance(backward, bool):
+        raise ValueError(f"backward must be True or False, got {backward!r}")
+    return PASSES if backward else PASSES[:1]
+
+
+def measure(layers: Iterable[ConvConfig | str] = TABLE_I, device: str = "cuda", *,
+            batch: int | None = None, backward: bool = False, strategies: Sequence[str] = (),
+            timed: bool = True, min_run_time: float = 0.05, budget_s: float = 2.0,
+            deadline: float | None = None, time_limit: float | None = None) -> list[dict]:
+    """The library's choice per layer and pass (:func:`gpu_choice` on ``"cuda"``,
+    :func:`cpu_choice` on ``"cpu"``), with our strategies' forward times beside it.
+
+    Args:
+        layers: ConvConfigs or Table I names. device: ``"cuda"`` or ``"cpu"``. batch: replaces
+            the layers' (None: keep it). backward: also the two backward passes.
+        strategies: keys of :data:`helpers.conv.STRATEGIES`, each timed forward on the device
+            by :func:`helpers.experiments.sweep.measure`, adding ``ours_<name>_ms`` and
+            ``ours_<name>_status`` to every row (None on backward rows).
+        timed: time the CPU calls too. min_run_time, budget_s: as :func:`gpu_choice`.
+        deadline, time_limit: rows not started before the deadline (:func:`time.monotonic`)
+            get status ``"skipped: time limit of T s reached"``.
+
+    Returns one dict per (layer, pass): the keys of :data:`FIELDS` plus the ``ours_*`` keys.
+
+    Raises:
+        ValueError: an unknown layer, device or strategy, ``batch < 1``, a non-bool backward.
+    """
+    _check(device, "device", ("cpu", "cuda"))
+    for name in strategies:
+        _check(name, "strategies", tuple(sweep.STRATEGIES))
+    lays, passes = [layer_for(lay, batch) for lay in layers], _passes(backward)
+    rows = []
+    for lay in lays:
+        for pass_ in passes:
+            if time_up(deadline):
+                row = _row(lay, pass_, device, status=time_limit_status(time_limit))
+            elif device == "cuda":
+                row = gpu_choice(lay, pass_, min_run_time=min_run_time, budget_s=budget_s)
+            else:
+                row = cpu_choice(lay, pass_, timed=timed, min_run_time=min_run_time,
+                                 budget_s=budget_s)
+            for name in strategies:
+                if pass_ != "forward" or row["status"].startswith(("not measured", "skipped")):
+                    r = {"median_ms": None, "status": "not comparable: ours time dx and dw "
+                         "together" if pass_ != "forward" else row["status"]}
+                else:
+                    r = sweep.measure(lay, name, device, backward=False, budget_s=budget_s,
+                                      min_run_time=min_run_time, measure_memory=False)
+                row[f"ours_{name}_ms"], row[f"ours_{name}_status"] = r["median_ms"], r["status"]
+            rows.append(row)
+    return rows
+
+
+def choices_along(parameter: str, values: Iterable[int], base_layer: ConvConfig | str | None = None,
+                  device: str = "cpu", *, backward: bool = False, timed: bool = False,
+                  budget_s: float = 2.0) -> list[dict]:
+    """The chosen algorithm as one of the study's (b, i, f, k, s) varies (its Figure 3 axes).
+
+    Args:
+        parameter: one of :data:`PARAMETERS`. values: the values it takes (ints).
+        base_layer: a ConvConfig or a Table I name; None: the study's sweep base in
+            :data:`helpers.experiments.sweep.PRESETS` (``paper`` on a GPU, ``paper-small`` on
+            the CPU), c = 3. device: ``"cpu"`` (cheap: untimed unless ``timed``) or ``"cuda"``.
+        backward, timed, budget_s: as :func:`measure`.
+
+    Returns:
+        One dict per (value, pass): the keys of :data:`FIELDS` plus ``parameter`` and ``x``.
+
+    Raises:
+        ValueError: an unknown parameter or device, no values, or a value that makes no layer
+            (naming the symbol, as :meth:`ConvConfig.from_study`).
+    """
+    _check(parameter, "parameter", PARAMETERS)
+    _check(device, "device", ("cpu", "cuda"))
+    if base_layer is None:
+        preset = sweep.PRESETS["paper" if device == "cuda" else "paper-small"]
+        base = ConvConfig.from_study(*preset.base, c=preset.c)
+    else:
+        base = layer_for(base_layer)
+    values = list(values)
+    if not values:
+        raise ValueError("values must hold at least one value")
+    study = dict(zip(PARAMETERS, base.study))
+    lays = [ConvConfig.from_study(**{**study, parameter: v}, c=base.c, padding=base.pad_h)
+            for v in values]
+    rows = measure(lays, device, backward=backward, timed=timed, budget_s=budget_s)
+    per = len(_passes(backward))
+    return [dict(r, parameter=parameter, x=values[j // per]) for j, r in enumerate(rows)]
+
+
+def summary(row: dict) -> str:
+    """One sentence for a row of :func:`measure`: what the library picked, in how long, and
+    our strategies' times beside it (or why nothing was measured)."""
+    where = f"{row['layer'] or 'layer'} {row['pass']} (b={row['b']})"
+    if row.get("algorithm") is None:
+        return f"{where}: {row['status']}"
+    inside = "" if row.get("kernel_ms") is None else f", {row['kernel_ms']:.3g} ms in it"
+    took = "" if row.get("median_ms") is None else f"; the call took {row['median_ms']:.3g} ms"
+    ours = [f"our {k[5:-3]} took {v:.3g} ms" for k, v in row.items()
+            if k.startswith("ours_") and k.endswith("_ms") and v is not None]
+    return (f"{where}: {row['library']} picked {row['algorithm']} ({row['kernel']}{inside})"
+            f"{took} on {row['device']}" + ("; " + ", ".join(ours) if ours else ""))
+
+
+def recorded(directory=None, **match) -> results.Recorded:
+    """The GPU rows recorded in ``results/algorithm_choice_*`` by :data:`COMMAND`, labelled with
+    their GPU and date (:func:`helpers.results.recorded`); ``match`` keeps rows whose fields
+    equal the values given (e.g. ``layer="Conv1"``). Never invents a row."""
+    return results.recorded(PREFIX, COMMAND, directory=directory, **match)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """Rows as a fixed-width text table of ``columns`` (None as ``-``)."""
+    return _text_table(rows, columns)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.experiments.algorithm_choice [--device D] [--batch N] [--layers L]
+    [--backward] [--strategies S] [--save] [--out DIR] [--time-limit S]``: print the choices;
+    ``--save`` writes GPU rows to ``<out>/algorithm_choice_<gpu>.csv`` + ``.json``. Returns 0;
+    1 for ``--save`` without a GPU (nothing is measured then); bad arguments exit with 2."""
+    start = time.monotonic()
+    parser = argparse.ArgumentParser(prog="python -m helpers.experiments.algorithm_choice",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        default="cuda" if backend.MODE == "gpu" else "cpu")
+    parser.add_argument("--batch", type=int, help="default: 128 (Table I) on a GPU, 1 on a CPU")
+    parser.add_argument("--layers", default=",".join(lay.name for lay in TABLE_I),
+                        help="comma list of Table I layers")
+    parser.add_argument("--backward", action="store_true", help="also both backward passes")
+    parser.add_argument("--strategies", default="", help="comma list of our strategies to time")
+    parser.add_argument("--save", action="store_true", help=f"write <out>/{PREFIX}<gpu>.csv")
+    parser.add_argument("--out", type=results.writable_folder, help="default: results/")
+    parser.add_argument("--time-limit", type=float, dest="time_limit",
+                        help="seconds after which no further layer starts")
+    args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    if args.batch is not None and args.batch < 1:
+        parser.error(f"--batch must be >= 1, got {args.batch}")
+    strategies = [s for s in args.strategies.split(",") if s]
+    try:
+        layers = [layer_for(name) for name in args.layers.split(",")]
+        measure([], args.device, strategies=strategies)  # checks the names, measures nothing
+    except ValueError as exc:
+        parser.error(str(exc))
+    reason = gpu_reason() if args.device == "cuda" else None
+    if args.save and (args.device != "cuda" or reason):
+        print(reason or "--save records GPU rows: run it with --device cuda on a GPU")
+        print("--save: nothing was measured, so nothing was saved")
+        return 1
+    if reason:
+        rec = recorded(args.out)
+        print(reason, format_table(rec.rows) if rec else "", rec.note, sep="\n")
+        return 0
+    rows = measure(layers, args.device, batch=args.batch or (128 if args.device == "cuda" else 1),
+                   backward=args.backward, strategies=strategies, time_limit=args.time_limit,
+                   deadline=None if args.time_limit is None else start + args.time_limit)
+    print(format_table(rows), *map(summary, rows), sep="\n")
+    if args.save:
+        name = f"{PREFIX}{results.slug(backend.info().gpu_name or 'gpu')}"
+        command = "python -m helpers.experiments.algorithm_choice " + " ".join(
+            sys.argv[1:] if argv is None else argv)
+        print("saved", *results.save(name, rows, command=command, directory=args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
