@@ -288,20 +288,21 @@ def _untile(mm: torch.Tensor, fm: tuple[int, int], n: int, th: int, tw: int,
 
 def _correlate(src: torch.Tensor, g: torch.Tensor, pad: tuple[int, int],
                out_shape: tuple[int, int], offset: tuple[int, int], m: int,
-               device: str) -> torch.Tensor:
+               device: str, label: str = "") -> torch.Tensor:
     """Stride-1 cross-correlation of src (N, C, H, W) with g (K, C, 3, 3), zero padding
-    ``pad``: out (N, K, P, Q), ``out_shape`` = (P, Q) of the valid output, from ``offset``."""
+    ``pad``: out (N, K, P, Q), ``out_shape`` = (P, Q) of the valid output, from ``offset``.
+    ``label`` is appended to the names of its phases."""
     n, r = src.shape[0], g.shape[2]
     p_full, q_full = out_shape[0] + offset[0], out_shape[1] + offset[1]
     th, tw = -(-p_full // m), -(-q_full // m)
-    with phase("filter transform"):
+    with phase("filter transform" + label):
         u = _filters(g, m, device)                                  # (a*a, K, C)
-    with phase("input transform"):
+    with phase("input transform" + label):
         v = _tiles(src, ("input", m, r), m, pad, th, tw, device)   # (a*a, C, N*tiles)
-    with phase("GEMM"):
+    with phase("GEMM" + label):
         mm = torch.bmm(u, v)                                        # (a*a, K, N*tiles)
     del u, v
-    with phase("output transform"):
+    with phase("output transform" + label):
         return _untile(mm, (m, r), n, th, tw, out_shape, offset, device)
 
 
@@ -322,25 +323,22 @@ def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig
     with each 2 x 2 tile of dy as the filter of a 4 x 4 tile of x; the GEMM sums the tiles and
     images: dw[k, c] = A^T [sum_tiles (G e G^T) * (B^T d B)] A."""
     flipped = w.flip(2, 3).transpose(0, 1).contiguous()
-    with phase("dx"):
-        dx = _correlate(dy, flipped, (cfg.r - 1, cfg.s - 1), (cfg.h, cfg.w),
-                        (cfg.pad_h, cfg.pad_w), m, device)
-    with phase("dw"):
-        dw = _weight_gradient(x, dy, cfg, device)
-    return dx, dw
+    dx = _correlate(dy, flipped, (cfg.r - 1, cfg.s - 1), (cfg.h, cfg.w),
+                    (cfg.pad_h, cfg.pad_w), m, device, " (dx)")
+    return dx, _weight_gradient(x, dy, cfg, device)
 
 
 def _weight_gradient(x, dy, cfg: ConvConfig, device: str) -> torch.Tensor:
     """dw (K, C, 3, 3) by F(3x3, 2x2) (see :func:`backward`)."""
     th, tw = -(-cfg.p // 2), -(-cfg.q // 2)
-    with phase("dy transform"):
+    with phase("dy transform (dw)"):
         e = _tiles(dy, ("filter", 3, 2), 2, (0, 0), th, tw, device)          # (16, K, N*T)
-    with phase("input transform"):
+    with phase("input transform (dw)"):
         v = _tiles(x, ("input", 3, 2), 2, (cfg.pad_h, cfg.pad_w), th, tw, device)  # (16, C, N*T)
-    with phase("GEMM"):
+    with phase("GEMM (dw)"):
         mm = torch.bmm(e, v.transpose(1, 2))                                 # (16, K, C)
     del e, v
-    with phase("output transform"):  # as K images of C channels with one tile each
+    with phase("output transform (dw)"):  # as K images of C channels with one tile each
         dwt = _untile(mm.transpose(1, 2).contiguous(), (3, 2), cfg.k, 1, 1, (cfg.r, cfg.s),
                       (0, 0), device)                                        # (K, C, 3, 3)
     return dwt
