@@ -106,11 +106,18 @@ PARTS: tuple[Part, ...] = (
     Part("training", "notebook 09: training throughput, workers, depth, precision",
          "training_throughput", ("--save", *_OUT, *_LIMIT),
          ("--quick", "--save", *_OUT, *_LIMIT), 150),
+    Part("precision", "notebook 10: GEMM and convolution in FP32, TF32, BF16, FP16: speed, error",
+         "precision", ("--save", *_OUT, *_LIMIT), ("--save", *_OUT, *_LIMIT), 45,
+         gpu_only=True),
+    Part("algorithm-choice", "notebook 10: cuDNN's algorithm per Table I layer, ours beside it",
+         "algorithm_choice", ("--device", "cuda", "--backward", "--strategies",
+                              "im2col-gemm,fft,winograd", "--save", *_OUT, *_LIMIT),
+         ("--device", "cuda", "--save", *_OUT, *_LIMIT), 60, gpu_only=True),
     Part("sweep", "notebook 06: the study's sweeps (Figures 3 and 5), forward+backward",
          "sweep", ("--preset", "paper", "--device", "cuda", "--out",
                    "{out}/sweep_paper_{slug}.csv", *_LIMIT),
          ("--preset", "smoke", "--device", "cpu", "--out", "{out}/sweep_smoke_{slug}.csv",
-          *_LIMIT), 300),
+          *_LIMIT), 270),
 )
 
 #: Budget of every part in a dry run (seconds): tiny sizes on a CPU.
@@ -329,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated parts to run: " + ", ".join(p.name for p in PARTS))
     parser.add_argument("--redo", action="store_true",
                         help="run every part again, even those recorded by an earlier run")
-    parser.add_argument("--minutes", type=float, default=20.0,
-                        help="time for all parts together (default 20)")
+    parser.add_argument("--minutes", type=float, default=22.0,
+                        help="time for all parts together (default 22)")
     parser.add_argument("--list", action="store_true", help="print the parts and exit")
     args = parser.parse_args(argv)
     if args.list:
