@@ -21,7 +21,7 @@ import shutil
 import nbformat
 import pytest
 
-from helpers.conv import STRATEGIES
+from helpers.conv import STRATEGIES, config_for
 from tools import book
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
@@ -151,8 +151,12 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
              for state in (before, after)]
     notes = cell.locator(".jp-OutputArea").inner_text()
     ticked = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]  # ticked on a CPU
-    for name in set(ticked) - set(times[1]):
-        assert re.search(rf"{name}: (refused|skipped)", notes), (name, times, notes)
+    layer = config_for((2, 3, 32, 32), (16, 3, 6, 6))
+    for name in set(ticked) - set(times[1]):  # over budget, or not for this layer (winograd)
+        reason = STRATEGIES[name].supports(layer, "cpu")
+        expected = re.escape(reason) if reason else "(refused|skipped)"
+        assert re.search(rf"{name}: {expected}", notes), (name, times, notes)
+    assert "winograd" not in times[1]  # a 6 x 6 kernel: listed with its reason, not drawn
     common = set(times[0]) & set(times[1])
     assert common and any(times[0][s] != times[1][s] for s in common), (times, notes)
     finish(page, cell, errors, "06_conv_explorer.png")
