@@ -6,7 +6,7 @@ import torch
 from conftest import simulator_only
 
 from helpers import results
-from helpers.conv import ConvConfig
+from helpers.conv import STRATEGIES, ConvConfig
 from helpers.device import backend
 from helpers.experiments import precision as P
 from helpers.figures import nb10_precision
@@ -156,6 +156,15 @@ def test_strategy_reason():
 
 
 # ------------------------------------------------------------------ the error
+
+
+def test_every_strategy_has_its_precisions():
+    """A strategy added to helpers.conv gets rows (or reasons), never a KeyError."""
+    assert set(P.STRATEGY_PRECISIONS) == set(STRATEGIES)
+    for name in STRATEGIES:
+        assert P.strategy_reason(name, "float32") is None
+    assert P.strategy_reason("winograd", "tf32") is None  # its GEMMs are cuBLAS
+    assert "float32" in P.strategy_reason("winograd", "float16")
 
 
 def test_relative_errors_by_hand():

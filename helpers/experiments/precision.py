@@ -46,15 +46,14 @@ DTYPES = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16}
 OPS = ("gemm", "conv")
 
-#: Precisions at which each strategy of ``helpers.conv.STRATEGIES`` is reported.
-#: ``reference`` (torch's conv2d: cuDNN, oneDNN) runs in every dtype; our strategies compute
-#: in float32 (``conv2d`` converts inputs), so none has a bfloat16 or float16 version. TF32
-#: flags reach only cuBLAS and cuDNN: ``im2col-gemm`` (its GEMM is cuBLAS) and ``fft`` (cuFFT
-#: stays float32, but its filter transform and Cgemm are cuBLAS GEMMs, which may use TF32)
-#: have TF32 rows; our Numba kernels run float32 on CUDA cores whatever the flags say.
+#: Precisions at which each strategy is reported. ``reference`` (cuDNN, oneDNN) runs in every
+#: dtype; ours compute in float32 (``conv2d`` converts inputs). TF32 flags reach only cuBLAS
+#: and cuDNN: ``im2col-gemm``, ``winograd`` (their GEMMs) and ``fft`` (cuFFT stays float32,
+#: its filter transform and Cgemm are GEMMs) have TF32 rows; our Numba kernels stay float32.
 STRATEGY_PRECISIONS: dict[str, tuple[str, ...]] = {
     "reference": PRECISIONS, "im2col-gemm": ("float32", "tf32"), "fft": ("float32", "tf32"),
-    "direct-naive": ("float32",), "direct-tiled": ("float32",), "im2col-tiled": ("float32",)}
+    "winograd": ("float32", "tf32"), "direct-naive": ("float32",), "direct-tiled": ("float32",),
+    "im2col-tiled": ("float32",)}
 
 #: Keys of every row of :func:`measure` (and of ``results/precision_*.csv``).
 FIELDS = ("op", "layer", "shape", "strategy", "precision", "dtype", "allow_tf32", "flops",
