@@ -10,7 +10,7 @@ are ints or (h, w) pairs. Inputs are NumPy arrays or torch tensors; results are 
 kind as ``x``; ``device`` picks ``"cpu"`` or ``"cuda"`` (see :func:`conv2d`).
 
 :data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
-``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, its FLOPs and its analytic workspace.
+``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, FLOPs, workspace.
 
 Source: Li et al., ICPP 2016, Section II-B and Figures 3-5; Winograd: Lavin and Gray, 2016.
 """
