@@ -54,7 +54,7 @@ def no_launch(monkeypatch):
     """Fail the test if anything tries to start a process."""
     def refuse(*a, **k):
         raise AssertionError("a process was started for a refused configuration")
-    monkeypatch.setattr(parallel.subprocess, "Popen", refuse)
+    monkeypatch.setattr(parallel, "_start", refuse)
 
 
 # --- refusals and bad input: before any process starts ---------------------------------------
@@ -74,14 +74,13 @@ def test_gpu_ranks_need_a_gpu_each(no_launch):
 
 
 def test_memory_refusal_gives_the_estimate(no_launch, monkeypatch):
-    class Mem:
-        available = 1.5 * 2**30
-    monkeypatch.setattr(parallel.psutil, "virtual_memory", lambda: Mem)
+    free = {"bytes": 1.5 * 2**30}
+    monkeypatch.setattr(parallel, "_available_memory", lambda: free["bytes"])
     reason = parallel.refusal(2)
     assert reason and "3.0 GiB" in reason and "1.5 GiB is available" in reason
     with pytest.raises(ValueError, match="GiB"):
         parallel.launch(["ddp"], 2)
-    Mem.available = 4 * 2**30
+    free["bytes"] = 4 * 2**30
     assert parallel.refusal(2) is None                           # 3 x 1 GiB fits in 4
 
 
@@ -308,3 +307,22 @@ def test_command_line_refuses_what_the_machine_cannot_hold(tmp_path, capsys, no_
                           str(tmp_path), "--save"]) == 1
     assert f"{too_many} ranks refused" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
+
+
+def test_process_tracking_without_psutil(monkeypatch):
+    """A bare GPU server may lack psutil: /proc gives the same descendants and memory."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        end = time.monotonic() + 10
+        while len(parallel._descendants(proc.pid)) < 2 and time.monotonic() < end:
+            time.sleep(0.1)
+        with_psutil = parallel._descendants(proc.pid)
+        memory = parallel._available_memory()
+        monkeypatch.setattr(parallel, "psutil", None)
+        assert parallel._descendants(proc.pid) == with_psutil and len(with_psutil) == 2
+        assert abs(parallel._available_memory() - memory) < 0.2 * memory
+        parallel._stop(proc, set(), grace_s=2)
+        assert proc.poll() is not None
+        assert not any(parallel._alive(p) for p in with_psutil)
+    finally:
+        proc.kill()

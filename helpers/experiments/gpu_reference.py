@@ -113,11 +113,14 @@ PARTS: tuple[Part, ...] = (
          "algorithm_choice", ("--device", "cuda", "--backward", "--strategies",
                               "im2col-gemm,fft,winograd", "--save", *_OUT, *_LIMIT),
          ("--device", "cuda", "--save", *_OUT, *_LIMIT), 60, gpu_only=True),
+    Part("parallel", "notebook 11: DDP scaling over ranks, pipeline bubble, all-reduce bandwidth",
+         "parallel", ("--save", *_OUT, *_LIMIT), ("--quick", "--ranks", "2", "--save", *_OUT,
+                                                  *_LIMIT), 80),
     Part("sweep", "notebook 06: the study's sweeps (Figures 3 and 5), forward+backward",
          "sweep", ("--preset", "paper", "--device", "cuda", "--out",
                    "{out}/sweep_paper_{slug}.csv", *_LIMIT),
          ("--preset", "smoke", "--device", "cpu", "--out", "{out}/sweep_smoke_{slug}.csv",
-          *_LIMIT), 270),
+          *_LIMIT), 240),
 )
 
 #: Budget of every part in a dry run (seconds): tiny sizes on a CPU.

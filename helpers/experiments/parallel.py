@@ -28,7 +28,6 @@ import tempfile
 import time
 import uuid
 
-import psutil
 import torch
 
 from helpers import results
@@ -36,6 +35,11 @@ from helpers.device import backend
 from helpers.device.timing import device_label
 from helpers.experiments import parallel_ranks
 from helpers.experiments.training import check_whole
+
+try:
+    import psutil
+except ImportError:  # optional: a bare GPU server may lack it; /proc serves on Linux
+    psutil = None
 
 __all__ = ["PREFIX", "COMMAND", "ROW_KEYS", "EXPERIMENTS", "RANK_MEMORY_BYTES", "STARTUP_S",
            "usable_cores", "max_ranks", "refusal", "estimate_seconds", "launch", "measure",
@@ -99,8 +103,8 @@ def refusal(ranks: int, device: str = "cpu", experiments=("ddp",), *,
                 f"{usable_cores()} CPU cores at {threads} thread(s) per rank")
         return (f"{ranks} ranks refused: this machine holds at most {cap} ({what}; one "
                 f"{'GPU' if device == 'cuda' else 'set of cores'} per rank)")
-    need, free = (ranks + 1) * RANK_MEMORY_BYTES, psutil.virtual_memory().available
-    if need > free:
+    need, free = (ranks + 1) * RANK_MEMORY_BYTES, _available_memory()
+    if free is not None and need > free:
         return (f"{ranks} ranks refused: they need about {need / 2**30:.1f} GiB of memory "
                 f"(torchrun + {ranks} x {RANK_MEMORY_BYTES / 2**30:.2f} GiB), "
                 f"{free / 2**30:.1f} GiB is available")
@@ -126,14 +130,58 @@ def estimate_seconds(experiments, ranks: int, *, device: str = "cpu", batch: int
     return total
 
 
-def _descendants(pid: int) -> set[psutil.Process]:
+def _available_memory() -> int | None:
+    """Bytes of memory available to new processes (None where it cannot be read)."""
+    if psutil is not None:
+        return psutil.virtual_memory().available
     try:
-        return set(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return set()
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
-def _stop(proc: subprocess.Popen, seen: set[psutil.Process], grace_s: float = 10.0) -> None:
+def _descendants(pid: int) -> set[int]:
+    """Process ids of every descendant of ``pid`` (psutil, or /proc on Linux)."""
+    if psutil is not None:
+        try:
+            return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+        except psutil.Error:
+            return set()
+    parent = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                parent[int(d)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        here = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == here]
+        found.update(kids)
+        todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has finished; only its parent's wait is missing
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _stop(proc: subprocess.Popen, seen: set[int], grace_s: float = 10.0) -> None:
     """Stop torchrun and every rank it started: SIGTERM to torchrun (it stops its ranks, each
     in its own session), then SIGKILL to whatever is left after ``grace_s``."""
     seen |= _descendants(proc.pid)
@@ -144,14 +192,24 @@ def _stop(proc: subprocess.Popen, seen: set[psutil.Process], grace_s: float = 10
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    alive = [p for p in seen if p.is_running()]
-    _, alive = psutil.wait_procs(alive, timeout=grace_s if alive else 0)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    end = time.monotonic() + grace_s
+    while any(_alive(p) for p in seen) and time.monotonic() < end:
+        time.sleep(0.1)
+    for p in seen:
+        if _alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+    end = time.monotonic() + 5
+    while any(_alive(p) for p in seen) and time.monotonic() < end:
+        time.sleep(0.1)
+
+
+def _start(cmd: list[str], log, env: dict) -> subprocess.Popen:
+    """Start torchrun in a session of its own, its output to ``log``."""
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=_ROOT,
+                            start_new_session=True)
 
 
 def _row(**kw) -> dict:
@@ -234,17 +292,17 @@ def launch(experiments=("ddp",), ranks: int = 2, *, device: str = "cpu", batch: 
                "--seed", str(seed), "--run-id", run_id]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
-        seen: set[psutil.Process] = set()
+        seen: set[int] = set()
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=_ROOT, start_new_session=True)
+            proc = _start(cmd, log, env)
             deadline = time.monotonic() + timeout_s
             try:
                 while proc.poll() is None:
                     seen |= _descendants(proc.pid)
                     if time.monotonic() > deadline:
+                        tail = log_path.read_text(errors="replace").splitlines()[-8:]
                         raise TimeoutError(f"the {ranks} ranks ran past {timeout_s:.0f} s and "
-                                           "were stopped")
+                                           "were stopped; last lines:\n" + "\n".join(tail))
                     time.sleep(0.2)
             finally:
                 _stop(proc, seen)

@@ -313,14 +313,21 @@ def _run_allreduce(args, rank, world, device) -> list[dict]:
         for _ in range(2):
             dist.all_reduce(buf)
         times, budget_end = [], time.perf_counter() + args.seconds_per_size
-        while len(times) < 3 or (time.perf_counter() < budget_end and len(times) < 50):
+        go = torch.ones(1, device=device)
+        while True:
+            # every rank must make the same number of calls: continue while any rank wants to
+            go.fill_(float(len(times) < 3 or (time.perf_counter() < budget_end
+                                              and len(times) < 50)))
+            dist.all_reduce(go, op=dist.ReduceOp.MAX)
+            if not go.item():
+                break
             _sync(device)
             dist.barrier()
             t0 = time.perf_counter()
             dist.all_reduce(buf)
             _sync(device)
             times.append(time.perf_counter() - t0)
-        t = torch.tensor([_median(times)], dtype=torch.float64)
+        t = torch.tensor([_median(times)], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if rank == 0:
             seconds, size = float(t), 4 * buf.numel()
@@ -372,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rank, world, device = _setup(args)
     try:
-        rows = [r for e in args.experiments for r in _RUNNERS[e](args, rank, world, device)]
+        rows = []
+        for e in args.experiments:
+            print(f"rank {rank}/{world}: {e} started", flush=True)
+            rows += _RUNNERS[e](args, rank, world, device)
+            print(f"rank {rank}/{world}: {e} done", flush=True)
         if rank == 0:
             tmp = args.result + ".part"
             with open(tmp, "w") as fh:
