@@ -33,7 +33,7 @@ import torch
 from helpers import results
 from helpers.device import backend
 from helpers.device.timing import device_label
-from helpers.experiments import parallel_ranks
+from helpers.experiments import parallel_ranks, training_records
 from helpers.experiments.training import check_whole
 
 try:
@@ -375,15 +375,9 @@ def recorded(directory=None) -> results.Recorded:
 def format_table(rows, columns=("experiment", "ranks", "microbatches", "message_bytes",
                                 "images_per_s", "speedup", "efficiency", "compute_s", "wait_s",
                                 "allreduce_s", "idle_share", "busbw_gbps", "status")) -> str:
-    """Rows as a plain-text table (numbers to 3 significant figures, NaN blank)."""
-    def cell(v):
-        if isinstance(v, float):
-            return "" if math.isnan(v) else f"{v:.3g}"
-        return str(v)
-
-    table = [list(columns)] + [[cell(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table)
+    """Rows as a plain-text table: :func:`helpers.experiments.training_records.format_table`
+    with this experiment's columns (a long status shown as a note under the table)."""
+    return training_records.format_table(rows, columns)
 
 
 def main(argv: list[str] | None = None) -> int:

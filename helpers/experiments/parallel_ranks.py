@@ -98,6 +98,17 @@ def _setup(args) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+def _timed_step(model, opt, x, y, device) -> float:
+    """Seconds of one training step (forward, cross-entropy, backward, update), synchronised."""
+    _sync(device)
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
 def _model(args, device):
     return training_cnns.build(args.model, 3, 2, args.image_size, seed=args.seed).to(device)
 
@@ -118,14 +129,9 @@ def _run_ddp(args, rank, world, device) -> list[dict]:
         net = _model(args, device)
         opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
         for i, (x, y) in enumerate(slices()):
-            _sync(device)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x), y).backward()
-            opt.step()
-            _sync(device)
+            seconds = _timed_step(net, opt, x, y, device)
             if i >= args.warmup:
-                alone.append(time.perf_counter() - t0)
+                alone.append(seconds)
     dist.barrier()                      # the other ranks wait here meanwhile
 
     # 1. DistributedDataParallel as it is used: all-reduce in buckets, overlapped with backward;
@@ -141,13 +147,9 @@ def _run_ddp(args, rank, world, device) -> list[dict]:
     for i, (x, y) in enumerate(slices()):
         _sync(device)
         dist.barrier()                  # both variants start with the ranks together
-        t0 = time.perf_counter()
-        ddp_opt.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(x), y).backward()
-        ddp_opt.step()
-        _sync(device)
+        seconds = _timed_step(ddp, ddp_opt, x, y, device)
         if i >= args.warmup:
-            whole.append(time.perf_counter() - t0)
+            whole.append(seconds)
 
         dist.barrier()
         t0 = time.perf_counter()
