@@ -9,8 +9,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
-# JupyterLab refuses to run as root unless told; containers often run as root.
-ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: help env lab test test-gpu test-fast gpu-reference run outputs book clean
 
@@ -35,8 +33,9 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 
 env: $(VENV)/.synced
 
+# JupyterLab on the repository, opening notebooks/00_start_here.ipynb (tools/lab.py).
 lab: env
-	$(VENV)/bin/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks/00_start_here.ipynb --port $(PORT) $(ROOT_FLAG)
+	@$(PY) -m tools.lab --port $(PORT)
 
 test: env
 	$(PY) -m pytest
@@ -62,7 +61,7 @@ test-fast: env
 	$(PY) -m pytest tests
 
 run: env
-	$(PY) -m tools.run_notebooks --out build
+	@$(PY) -m tools.run_notebooks --out build
 
 book: env
 	$(PY) -m tools.book --out build/book

@@ -1,14 +1,16 @@
 """tools.run_notebooks: execute notebooks headless into a build folder, ipynb + html.
 
 Kernel starts take seconds, so one module fixture runs everything once: ``main()`` in this
-process on a good and a failing notebook into ``--out`` and, at the same time in a subprocess,
-``python -m tools.run_notebooks --in-place`` on copies of them.
+process on a good notebook, one whose cell fails and one whose kernel dies, into ``--out`` and,
+at the same time in a subprocess, ``python -m tools.run_notebooks --in-place`` on copies of the
+first two.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import re
 import subprocess
 import sys
 
@@ -19,6 +21,11 @@ from tools import run_notebooks
 
 GOOD = ("x = 6 * 7", "print('answer', x)")
 BAD = ("y = 1", "raise ValueError('broken on purpose')", "print('never reached')")
+#: The kernel process writes to its file descriptor 2 and exits, as a crashing library would.
+#: (Where ipykernel captures that descriptor for the cell, it also copies what it reads to the
+#: kernel's own stderr: the pause lets it.)
+DIES = ("import os, time",
+        "os.write(2, b'planted: the kernel goes down\\n')\ntime.sleep(1)\nos._exit(3)")
 
 
 def _notebook(path, *sources):
@@ -35,6 +42,7 @@ def run(tmp_path_factory):
     src = tmp_path_factory.mktemp("notebooks")
     good = _notebook(src / "01_good.ipynb", *GOOD)
     bad = _notebook(src / "02_bad.ipynb", *BAD)
+    dies = _notebook(src / "03_dies.ipynb", *DIES)
     out = tmp_path_factory.mktemp("build")
 
     in_place = tmp_path_factory.mktemp("in_place")
@@ -49,7 +57,8 @@ def run(tmp_path_factory):
     stdout = io.StringIO()  # capsys is function-scoped; capture by hand
     try:
         with contextlib.redirect_stdout(stdout):
-            code = run_notebooks.main([str(good), str(bad), "--out", str(out), "--timeout", "60"])
+            code = run_notebooks.main([str(good), str(bad), str(dies), "--out", str(out),
+                                       "--timeout", "60"])
     finally:
         ip_out, ip_err = proc.communicate(timeout=300)
     return {"code": code, "stdout": stdout.getvalue(), "out": out, "good": good,
@@ -62,21 +71,37 @@ def test_exit_code_is_1_when_a_notebook_fails(run):
     assert run["code"] == 1
 
 
-def test_one_line_per_notebook(run):
+def test_one_line_per_notebook_and_a_total(run):
     lines = run["stdout"].strip().splitlines()
-    assert len(lines) == 2
-    good, bad = lines
+    good, bad, dies = lines[0], lines[1], lines[2]
     assert good.startswith("01_good.ipynb") and good.rstrip().endswith("ok")
     assert "failed" not in good
     assert " s " in good  # the seconds it took
     assert bad.startswith("02_bad.ipynb") and " failed" in bad
     assert "ValueError" in bad and "broken on purpose" in bad
+    assert dies.startswith("03_dies.ipynb") and " failed" in dies and "DeadKernelError" in dies
+    assert re.fullmatch(r"3 notebooks, 1 ok, 2 failed, \d+\.\d min in all", lines[-1])
+
+
+def test_kernel_output_is_shown_only_when_the_kernel_fails(run):
+    """A cell's error is the cell's business: nothing of the kernel's own log under it. A dead
+    kernel's report goes on with what the kernel process printed."""
+    lines = run["stdout"].strip().splitlines()
+    assert lines[2].startswith("03_dies.ipynb")
+    assert lines[3] == "  kernel output:"
+    report = lines[4:-1]
+    assert report and all(ln.startswith("    ") for ln in report)
+    assert "    planted: the kernel goes down" in report
+    # the in-place run, all cells' failures: one line each and the total, on stdout only
+    assert len(run["ip_stdout"].strip().splitlines()) == 3
+    assert run["ip_stderr"] == ""
 
 
 def test_executed_notebooks_and_html_land_in_out(run):
     out = run["out"]
     assert sorted(p.name for p in out.iterdir()) == [
-        "01_good.html", "01_good.ipynb", "02_bad.html", "02_bad.ipynb"]
+        "01_good.html", "01_good.ipynb", "02_bad.html", "02_bad.ipynb", "03_dies.html",
+        "03_dies.ipynb"]
     for stem in ("01_good", "02_bad"):
         html = (out / f"{stem}.html").read_text(encoding="utf-8")
         assert html.lstrip().lower().startswith("<!doctype html")
@@ -98,7 +123,8 @@ def test_sources_are_not_modified_when_writing_to_out(run):
 def test_in_place_refreshes_only_notebooks_that_ran(run):
     assert run["ip_code"] == 1, run["ip_stderr"]
     lines = run["ip_stdout"].strip().splitlines()
-    assert len(lines) == 2 and lines[0].endswith("ok") and " failed" in lines[1]
+    assert len(lines) == 3 and lines[0].endswith("ok") and " failed" in lines[1]
+    assert lines[2].startswith("2 notebooks, 1 ok, 1 failed")
     good = nbformat.read(run["ip_good"], as_version=4)
     assert "answer 42" in good.cells[1].outputs[0]["text"]
     # a failing notebook keeps its file exactly as it was

@@ -2,7 +2,9 @@
 
 For each notebook: run it top to bottom with nbclient (in this interpreter's kernel), write
 the executed ``.ipynb`` and an HTML rendering to the output folder, and print one line:
-name, seconds, ok or failed (with the error's last line). Exits non-zero if any failed.
+name, seconds, ok or failed (with the error's last line); then a total. What the kernel process
+itself prints (its log, not the cells' outputs) is kept, and shown only if the kernel failed.
+Exits non-zero if any failed.
 
 Usage: ``python -m tools.run_notebooks [NOTEBOOK ...] [--out build | --in-place] [--timeout 600]``
 (default: every ``notebooks/[0-9]*.ipynb`` in name order).
@@ -13,11 +15,14 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import tempfile
 import time
 
 __all__ = ["run_notebook", "main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: How many of the kernel process's last output lines are shown under a failed notebook.
+KERNEL_LOG_LINES = 20
 
 
 def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int = 600
@@ -26,10 +31,12 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int 
 
     With ``out_dir=None`` the executed notebook replaces the original (refreshing its stored
     outputs), and only if every cell ran. Widget state is not stored: it would embed each
-    chart widget's JavaScript in the file.
+    chart widget's JavaScript in the file. The kernel process's own stdout and stderr (its
+    start-up log, and anything written outside a cell's capture) go to a temporary file.
 
     Returns:
-        (ok, seconds, error text or "").
+        (ok, seconds, error text or ""). If the kernel itself failed (died, did not start,
+        timed out) rather than a cell, the error text goes on with its last lines of output.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -42,13 +49,20 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int 
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     error = ""
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-        error = lines[-1] if lines else "cell failed"
-    except Exception as exc:  # noqa: BLE001 - report and go on to the next notebook
-        error = f"{type(exc).__name__}: {exc}"
+    with tempfile.TemporaryFile() as kernel_log:
+        try:
+            client.execute(stdout=kernel_log, stderr=kernel_log)
+        except CellExecutionError as exc:
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            error = lines[-1] if lines else "cell failed"
+        except Exception as exc:  # noqa: BLE001 - report and go on to the next notebook
+            # The kernel died, did not start or timed out: what it printed may say why.
+            error = f"{type(exc).__name__}: {exc}"
+            kernel_log.seek(0)
+            tail = kernel_log.read().decode(errors="replace").strip().splitlines()
+            if tail:
+                error += "\n  kernel output:\n" + "\n".join(
+                    "    " + ln for ln in tail[-KERNEL_LOG_LINES:])
     seconds = time.perf_counter() - start
     if out_dir is None:
         if not error:
@@ -74,13 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("no notebooks found", file=sys.stderr)
         return 2
-    failed = 0
+    failed, total = 0, 0.0
     width = max(len(p.name) for p in paths)
     for path in paths:
         ok, seconds, error = run_notebook(path, None if args.in_place else args.out, args.timeout)
         failed += not ok
+        total += seconds
         line = f"{path.name:<{width}}  {seconds:7.1f} s  {'ok' if ok else 'failed'}"
-        print(line + (f"  ({error})" if error else ""), flush=True)
+        first, _, rest = error.partition("\n")
+        print(line + (f"  ({first})" if first else "") + (f"\n{rest}" if rest else ""), flush=True)
+    print(f"{len(paths)} notebooks, {len(paths) - failed} ok, {failed} failed, "
+          f"{total / 60:.1f} min in all", flush=True)
     return 1 if failed else 0
 
 
