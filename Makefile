@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
 
-.PHONY: help env lab test test-gpu test-fast gpu-reference run outputs book clean
+.PHONY: help env lab test test-gpu test-fast gpu-reference run outputs book readme-picture clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
@@ -20,6 +20,7 @@ help:
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
 	@echo "make outputs re-execute the notebooks, labs and solutions in place, refreshing stored outputs"
 	@echo "make book    render the notebooks and labs (stored outputs) as HTML into build/book/"
+	@echo "make readme-picture  re-take the README's picture of the explorer in JupyterLab (needs Chromium)"
 	@echo "make env     create or update the environment only"
 	@echo "make clean   remove build outputs (keeps the environment)"
 
@@ -65,6 +66,13 @@ run: env
 
 book: env
 	$(PY) -m tools.book --out build/book
+
+# The README's picture: the browser test of notebook 06's explorer moves a slider in a real
+# JupyterLab and screenshots it (tests/test_browser.py), then tools/readme_picture.py copies the
+# picture into docs/ and writes its caption (device, date) into README.md. Needs Chromium.
+readme-picture: env
+	WORKBOOK_REQUIRE_BROWSER=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_browser.py -k conv_explorer_slider
+	$(PY) -m tools.readme_picture
 
 clean:
 	rm -rf build .pytest_cache

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tools import lab
+
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "browser"
 
@@ -78,9 +80,15 @@ def free_port() -> int:
 
 
 class LabServer:
-    """A JupyterLab server on 127.0.0.1 serving ``root``, with a random token."""
+    """A JupyterLab server on 127.0.0.1 serving ``root``, with a random token.
 
-    def __init__(self, root: Path, home: Path):
+    With ``workbook=True`` it is started as ``make lab`` starts it (:mod:`tools.lab`: its
+    options and configuration folder), and nothing here turns news or update checks off: that
+    must come from the workbook's configuration. ``settings`` are JupyterLab user settings to
+    write first, ``{plugin id: {key: value}}``."""
+
+    def __init__(self, root: Path, home: Path, workbook: bool = False,
+                 settings: dict | None = None):
         self.root = root
         self.port = free_port()
         self.token = os.urandom(16).hex()
@@ -94,22 +102,29 @@ class LabServer:
             (home / sub).mkdir(parents=True, exist_ok=True)
             env[var] = str(home / sub)
         env["JUPYTER_PLATFORM_DIRS"] = "1"
-        # Render every cell (no virtual scrolling), so all outputs are in the page to inspect.
-        tracker = home / "settings" / "@jupyterlab" / "notebook-extension"
-        tracker.mkdir(parents=True, exist_ok=True)
-        (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-        # Neither ask about nor fetch news and updates: there may be no network.
-        apputils = home / "settings" / "@jupyterlab" / "apputils-extension"
-        apputils.mkdir(parents=True, exist_ok=True)
-        (apputils / "notification.jupyterlab-settings").write_text(
-            json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        settings = {
+            # Render every cell (no virtual scrolling), so all outputs are in the page to inspect.
+            "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+            **({} if workbook else {  # neither ask about nor fetch news: there may be no network
+                "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
+                                                                "checkForUpdates": False}}),
+            **(settings or {})}
+        for plugin, values in settings.items():
+            package, name = plugin.split(":")
+            folder = home / "settings" / package
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
         cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1",
                "--port", str(self.port), f"--ServerApp.token={self.token}",
-               f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
-               "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-               "jupyterlab.NeverCheckForUpdate"]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")
+               "--ServerApp.port_retries=0"]
+        if workbook:
+            cmd += lab.arguments(root)
+            env = lab.environment(env)
+        else:
+            cmd += [f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                cmd.append("--allow-root")
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(cmd, cwd=root, env=env, stdout=self._log,
                                         stderr=subprocess.STDOUT)
@@ -158,6 +173,13 @@ class LabServer:
 
     def notebook_url(self, name: str) -> str:
         return f"{self.url}/lab/tree/{name}?token={self.token}&reset"
+
+    def printed_url(self) -> str:
+        """The URL the server printed for the learner to open, with the real token in it
+        (a token given in the configuration is printed as ``...``)."""
+        found = re.findall(r"http://127\.0\.0\.1:\d+/\S*", self.log())
+        assert found, f"no URL in JupyterLab's log:\n{self.log()}"
+        return found[-1].replace("token=...", f"token={self.token}")
 
     def stop(self) -> None:
         self.process.terminate()

@@ -14,6 +14,8 @@ Run alone with ``pytest -m browser``; see ``tests/browser.py`` for what they nee
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 import re
 import shutil
@@ -23,6 +25,7 @@ import pytest
 
 from helpers.conv import STRATEGIES, config_for
 from tools import book
+from tools import lab as lab_tool
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
                      chromium, error_outputs, require_browser, run_all_cells, wait_for_change)
@@ -105,6 +108,36 @@ def finish(page, cell, errors: PageErrors, screenshot: str) -> None:
     assert errors.external_hosts <= EXTERNAL_HOSTS
 
 
+def readme_picture(page, cell, before: dict, after: dict) -> None:
+    """The README's picture (published by ``make readme-picture``, :mod:`tools.readme_picture`):
+    JupyterLab from its menu bar down to the bottom of the explorer's memory chart, with the
+    explorer's cell at the top, and beside it the facts its caption states, read from the
+    charts themselves."""
+    layer = r"\(b, i, f, k, s\) = (\([\d, ]+\))"
+    memory = cell.locator(".js-plotly-plot").nth(1)
+    memory_state = chart_state(memory)
+    assert re.search(layer, memory_state["title"]).group(1) == \
+        re.search(layer, after["title"]).group(1), "the memory chart must show the new layer too"
+    device = re.search(r"measured on ([^;<]+?)\s*(;|<|$)", after["title"])
+    assert device, after["title"]
+    status = re.search(r"(\d+ of \d+) strategies measured on (.+?) in ([\d.]+) s\.",
+                       cell.inner_text())
+    assert status and status.group(2) == device.group(1).strip(), cell.inner_text()
+    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)
+    box = memory.bounding_box()
+    assert box and box["height"] > 100, box
+    width = page.viewport_size["width"]
+    page.screenshot(path=str(SCREENSHOTS / "readme_explorer.png"),
+                    clip={"x": 0, "y": 0, "width": width, "height": box["y"] + box["height"] + 16})
+    facts = {"device": device.group(1).strip(), "date": datetime.date.today().isoformat(),
+             "notebook": "notebooks/06_head_to_head.ipynb",
+             "layer_before": re.search(layer, before["title"]).group(1),
+             "layer_after": re.search(layer, after["title"]).group(1),
+             "measured": status.group(1), "seconds": float(status.group(3))}
+    (SCREENSHOTS / "readme_explorer.json").write_text(json.dumps(facts, indent=1) + "\n")
+
+
 def test_checks_catch_a_failing_notebook(browser, tmp_path):
     """The checks above can fail: a cell that raises shows up, and the cells after it do not run."""
     require_browser()
@@ -128,6 +161,85 @@ def test_checks_catch_a_failing_notebook(browser, tmp_path):
     finally:
         page.close()
         server.stop()
+
+
+NEWS_PROMPT = "official Jupyter news"
+
+
+def fresh_clone(root):
+    """A folder laid out like a fresh clone after ``make env``: the start notebook, the learner's
+    folders and files, and the build and packaging folders that the file browser should hide."""
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / lab_tool.START_NOTEBOOK, root / lab_tool.START_NOTEBOOK)
+    for folder in ("labs", "helpers", "gpu_cnn_workbook.egg-info", "build"):
+        (root / folder).mkdir()
+        (root / folder / "README.md").write_text("placeholder\n")
+    shutil.copy(ROOT / "README.md", root / "README.md")
+
+
+def root_listing(page) -> list[str]:
+    """The names the file browser shows at the served folder's root."""
+    page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").first.click()
+    items = page.locator(".jp-FileBrowser .jp-DirListing-content .jp-DirListing-itemText")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-FileBrowser .jp-DirListing-itemText')]"
+        ".some(e => e.textContent.trim() === 'README.md')", timeout=30_000)
+    return [t.strip() for t in items.all_inner_texts()]
+
+
+def main_tabs(page) -> list[str]:
+    """The labels of the main area's tabs, the current one first."""
+    tabs = page.locator("#jp-main-dock-panel .lm-TabBar-tab")
+    current = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
+    labels = [t.strip() for t in tabs.locator(".lm-TabBar-tabLabel").all_inner_texts()]
+    first = current.first.inner_text().strip()
+    return [first] + [t for t in labels if t != first]
+
+
+def test_make_lab_opens_the_start_notebook_and_hides_build_folders(browser, tmp_path):
+    """JupyterLab started as ``make lab`` starts it, on a fresh clone with fresh settings: the
+    URL it prints opens 00_start_here.ipynb as the one tab, the file browser shows the learner's
+    folders but no build or *.egg-info folder, and no news prompt appears. The same folder served
+    by a JupyterLab with its defaults shows all three things, so these checks can fail."""
+    require_browser()
+    root = tmp_path / "root"
+    fresh_clone(root)
+    server = LabServer(root, tmp_path / "home", workbook=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        errors = PageErrors(page)
+        url = server.printed_url()
+        assert url.split("?")[0].endswith("/lab/tree/notebooks/00_start_here.ipynb"), url
+        page.goto(url)
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        server.wait_kernel_idle(timeout_s=120, pause=lambda s: page.wait_for_timeout(s * 1e3))
+        page.wait_for_timeout(3000)  # the news prompt, where there is one, comes after start-up
+        assert main_tabs(page) == ["00_start_here.ipynb"]
+        listing = root_listing(page)
+        assert {"notebooks", "labs", "helpers", "README.md"} <= set(listing), listing
+        assert not [n for n in listing if n.endswith(".egg-info") or n == "build"], listing
+        assert page.get_by_text(NEWS_PROMPT).count() == 0
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "make_lab_start.png"))
+        assert errors.lines == []
+        assert errors.external_hosts <= EXTERNAL_HOSTS
+    finally:
+        page.close()
+        server.stop()
+
+    # The control: JupyterLab's defaults on the same folder.
+    control = LabServer(root, tmp_path / "home_control",
+                        settings={"@jupyterlab/apputils-extension:notification": {}})
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(control.printed_url())
+        page.get_by_text(NEWS_PROMPT).first.wait_for(timeout=60_000)
+        assert main_tabs(page)[0] != "00_start_here.ipynb"
+        listing = root_listing(page)
+        assert "gpu_cnn_workbook.egg-info" in listing and "build" in listing, listing
+    finally:
+        page.close()
+        control.stop()
 
 
 def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
@@ -160,6 +272,7 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab):
     common = set(times[0]) & set(times[1])
     assert common and any(times[0][s] != times[1][s] for s in common), (times, notes)
     finish(page, cell, errors, "06_conv_explorer.png")
+    readme_picture(page, cell, before, after)
 
 
 def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
