@@ -38,20 +38,22 @@ COLAB_REPO = "gpu-cnn-workbook/gpu-cnn-workbook"
 _BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 #: The first code cell of every notebook and lab. In Colab it fetches the workbook (once per
-#: session) and turns on Colab's widget manager; elsewhere it only finds the repository's
-#: ``helpers`` by walking up from the notebook's folder (labs/ is one level down,
-#: labs/solutions/ two).
+#: session), installs only what Colab lacks, never its torch (``tools/colab_bootstrap.py``, run
+#: by path: nothing of the workbook is importable yet), and turns on Colab's widget manager;
+#: elsewhere it only finds the repository's ``helpers`` by walking up from the notebook's folder
+#: (labs/ is one level down, labs/solutions/ two).
 SETUP_CELL = f"""\
 # Setup: run this cell first (locally and in Google Colab).
 import os, pathlib, subprocess, sys
 if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
-    # Colab: fetch the workbook and install what it needs (once per session), enable widgets.
+    # Colab: fetch the workbook, install what Colab lacks (never its own torch), enable widgets.
     repo = "{COLAB_REPO}"  # helpers.notebook.COLAB_REPO
     root = pathlib.Path("/content") / repo.split("/")[1]
     if not root.exists():
         url = f"https://github.com/{{repo}}"
         subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(root)], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", str(root)], check=True)
+    import runpy
+    runpy.run_path(str(root / "tools" / "colab_bootstrap.py"))["bootstrap"](root)
     from google.colab import output
     output.enable_custom_widget_manager()
 else:

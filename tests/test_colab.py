@@ -65,12 +65,17 @@ def test_sync_colab_is_idempotent(tmp_path):
 
 
 class _Recorder:
+    """Stands in for subprocess.run: records each command; ``git clone`` makes the clone (a link
+    to this repository, so the cell finds tools/colab_bootstrap.py in it)."""
+
     def __init__(self):
         self.commands = []
         self.widget_manager_enabled = 0
 
     def run(self, cmd, *args, **kwargs):
         self.commands.append(list(cmd))
+        if cmd[:2] == ["git", "clone"]:
+            pathlib.Path(cmd[-1]).symlink_to(ROOT, target_is_directory=True)
         return subprocess.CompletedProcess(cmd, 0)
 
     def enable_custom_widget_manager(self):
@@ -99,6 +104,39 @@ def _fake_colab(monkeypatch, rec):
     monkeypatch.setitem(sys.modules, "google.colab.output", output)
 
 
+class _Dist:
+    def __init__(self, name, version):
+        self.metadata, self.version = {"Name": name}, version
+
+
+#: A fresh Colab GPU runtime: its own torch for a CUDA 12.4 driver, no numba-cuda, old widgets.
+COLAB_PACKAGES = {"torch": "2.5.1+cu124", "torchvision": "0.20.1+cu124", "numpy": "2.0.2",
+                  "numba": "0.60.0", "plotly": "5.24.1", "ipywidgets": "7.7.1",
+                  "ipykernel": "6.17.1", "tqdm": "4.67.1", "psutil": "5.9.5",
+                  "scikit-image": "0.25.2"}
+
+
+class _Libcuda:
+    def cuDriverGetVersion(self, ref):
+        ref._obj.value = 12040  # CUDA 12.4
+        return 0
+
+
+def _colab_runtime(monkeypatch, gpu: bool):
+    """What the bootstrap reads: Colab's installed packages, and a CUDA 12.4 driver or none."""
+    import ctypes
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "distributions",
+                        lambda: [_Dist(k, v) for k, v in COLAB_PACKAGES.items()])
+
+    def cdll(name, *args, **kwargs):
+        if gpu and name == "libcuda.so.1":
+            return _Libcuda()
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+
+
 def _content_is(monkeypatch, folder):
     """Make the cell's ``pathlib.Path("/content")`` mean ``folder``."""
     base = type(pathlib.Path())
@@ -112,28 +150,57 @@ def _content_is(monkeypatch, folder):
     monkeypatch.setattr(pathlib, "Path", _Path)
 
 
-def test_colab_branch_clones_installs_and_enables_widgets(monkeypatch, recorder, tmp_path):
+def _pip_args(commands):
+    return [c for c in commands if c[:4] == [sys.executable, "-m", "pip", "install"]]
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["T4 with a CUDA 12.4 driver", "CPU runtime"])
+def test_colab_branch_clones_installs_what_is_missing_and_enables_widgets(
+        monkeypatch, recorder, tmp_path, capsys, gpu):
+    """The Colab branch of the first cell, run against a stand-in google.colab, a recorder for
+    git and pip, and Colab's packages: it clones, installs only what is missing with the
+    numba-cuda extra of the driver, never torch, then the workbook without its dependencies."""
     _fake_colab(monkeypatch, recorder)
     _content_is(monkeypatch, tmp_path)
+    _colab_runtime(monkeypatch, gpu)
     namespace = {}
     exec(notebook.SETUP_CELL, namespace)
 
     target = str(tmp_path / notebook.COLAB_REPO.split("/")[1])
-    assert recorder.commands == [
-        ["git", "clone", "-q", "--depth", "1", f"https://github.com/{notebook.COLAB_REPO}", target],
-        [sys.executable, "-m", "pip", "install", "-q", "-e", target],
-    ]
+    assert recorder.commands[0] == [
+        "git", "clone", "-q", "--depth", "1", f"https://github.com/{notebook.COLAB_REPO}", target]
+    pip = _pip_args(recorder.commands)
+    assert len(pip) == 2 == len(recorder.commands) - 1
+    extra = "cu12" if gpu else "cu13"
+    assert f"numba-cuda[{extra}]>=0.30" in pip[0] and "plotly>=6.0" in pip[0]
+    assert not [a for c in pip for a in c if a.split("[")[0].split(">")[0] in
+                ("torch", "torchvision")]
+    assert pip[1] == [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", target]
+    out = capsys.readouterr().out.splitlines()
+    if not gpu:
+        assert "Runtime > Change runtime type > T4 GPU" in out.pop(0)
+    assert len(out) == 1 and out[0].startswith("Colab setup (")
+    assert "keeping Colab's torch 2.5.1+cu124" in out[0]
     assert recorder.widget_manager_enabled == 1
     assert sys.path[0] == target
     assert namespace["helpers"] is helpers
 
 
-def test_colab_branch_skips_install_when_already_cloned(monkeypatch, recorder, tmp_path):
+def test_colab_branch_on_a_warm_runtime_installs_nothing(monkeypatch, recorder, tmp_path, capsys):
+    """The next notebook in the same session: the clone is there and so is everything the
+    workbook needs (this environment, with its CUDA 13 pieces, on a runtime without a GPU), so
+    only the plan's line is printed."""
+    import ctypes
+
+    def no_driver(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
     _fake_colab(monkeypatch, recorder)
-    (tmp_path / notebook.COLAB_REPO.split("/")[1]).mkdir()
+    (tmp_path / notebook.COLAB_REPO.split("/")[1]).symlink_to(ROOT, target_is_directory=True)
     _content_is(monkeypatch, tmp_path)
     exec(notebook.SETUP_CELL, {})
     assert recorder.commands == []
+    assert "nothing to install" in capsys.readouterr().out
     assert recorder.widget_manager_enabled == 1
 
 

@@ -1,0 +1,204 @@
+"""Install what the workbook needs in Google Colab, planned before anything is installed.
+
+The first cell of every notebook runs :func:`bootstrap` in Colab, by file path and before any
+dependency is importable, so this module uses the standard library (and ``packaging``) only.
+Colab's torch and torchvision are built for Colab's GPU driver, and a PyPI build for a newer CUDA
+would lose the GPU, so they are never installed or upgraded; nor are the Jupyter pieces Colab's
+front end runs on. numba-cuda gets the extra of the driver's CUDA major version (``cu12`` for a
+12.x driver, whose CUDA 13 code it rejects). :func:`plan` is a pure function of the driver's CUDA
+version, the installed packages and the platform; :func:`bootstrap` probes them and runs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import pathlib
+import re
+import subprocess
+import sys
+import tomllib
+from typing import NamedTuple
+
+__all__ = ["KEEP", "NUMBA_CUDA", "TORCH_FLOOR", "Plan", "plan", "driver_cuda_version",
+           "installed_packages", "read_requirements", "bootstrap"]
+
+#: Never installed or upgraded in Colab, whatever version is there: torch and torchvision
+#: (built for Colab's driver), and Colab's own kernel and Jupyter packages. The notebooks do
+#: not use the last five (they run ``make run``, ``make book`` and the tests).
+KEEP = ("torch", "torchvision", "ipykernel", "jupyterlab", "nbclient", "nbconvert", "nbformat",
+        "kaleido")
+#: The package whose extra follows the driver.
+NUMBA_CUDA = "numba-cuda"
+#: The oldest torch the workbook's code needs (pyproject.toml says why).
+TORCH_FLOOR = (2, 6)
+WORKBOOK = "gpu-cnn-workbook"
+GPU_HINT = ("No GPU in this runtime: CUDA kernels run in Numba's CUDA simulator and every notebook "
+            "still runs. For a GPU: Runtime > Change runtime type > T4 GPU, then run this cell "
+            "again.")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+class Plan(NamedTuple):
+    """What :func:`bootstrap` will run (``commands``: full argument lists) and the one line it
+    prints (``summary``)."""
+    commands: list[list[str]]
+    summary: str
+
+
+def _extra(driver_cuda: tuple[int, int] | None) -> str:
+    """numba-cuda's CUDA extra for the driver: cu12 up to a 12.x driver, cu13 from 13.x (newer
+    drivers run older CUDA code, not the other way round); cu13 without a GPU, for the compiler
+    that notebook 07 uses."""
+    return "cu12" if driver_cuda is not None and driver_cuda[0] <= 12 else "cu13"
+
+
+def _has_extra(installed: dict[str, str], extra: str) -> bool:
+    """Whether numba-cuda's CUDA pieces for ``extra`` are installed (cuda-bindings of that major
+    version and its nvJitLink)."""
+    major = int(extra[2:])
+    bindings = installed.get("cuda-bindings")
+    jitlink = "nvidia-nvjitlink-cu12" if major == 12 else "nvidia-nvjitlink"
+    return (bindings is not None and _version_tuple(bindings)[:1] == (major,)
+            and jitlink in installed)
+
+
+def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platform: str = "linux",
+         requirements: list[str] | None = None, root: str = "/content/gpu-cnn-workbook",
+         python: str = "python") -> Plan:
+    """Plan the installs for a Colab runtime.
+
+    Args:
+        driver_cuda: the CUDA version the GPU driver supports, (major, minor), e.g. (12, 4);
+            None without a GPU.
+        installed: {distribution name: version} of what is installed (any spelling of a name).
+        platform: ``sys.platform`` of the runtime (for the requirements' markers).
+        requirements: the workbook's dependencies as in pyproject.toml (default: read there).
+        root: the workbook's folder; python: the interpreter that runs pip.
+
+    Returns:
+        A :class:`Plan`: at most one ``pip install`` of the missing or too old requirements
+        (never one named in :data:`KEEP`; numba-cuda with the extra of :func:`_extra`), and one
+        ``pip install --no-deps -e root`` if the workbook itself is not installed.
+
+    Raises:
+        ValueError: if ``driver_cuda`` is not a (major, minor) pair of integers.
+    """
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    if driver_cuda is not None and not (isinstance(driver_cuda, tuple) and len(driver_cuda) == 2
+                                        and all(isinstance(v, int) for v in driver_cuda)):
+        raise ValueError(f"driver_cuda: expected (major, minor) or None, got {driver_cuda!r}")
+    have = {_canonical(k): v for k, v in installed.items()}
+    environment = dict(default_environment(), sys_platform=platform,
+                       platform_system={"linux": "Linux", "darwin": "Darwin",
+                                        "win32": "Windows"}.get(platform, platform))
+    reqs = requirements if requirements is not None else read_requirements(root)
+    extra = _extra(driver_cuda) if platform == "linux" else None
+    wanted, kept = [], []
+    for text in reqs:
+        req = Requirement(text)
+        name = _canonical(req.name)
+        if req.marker is not None and not req.marker.evaluate(environment):
+            continue
+        if name in KEEP:
+            kept.append(name)
+            continue
+        if name == NUMBA_CUDA:
+            ok = name in have and req.specifier.contains(have[name].split("+")[0], True)
+            if not ok or (extra and not _has_extra(have, extra)):
+                spec = f"{NUMBA_CUDA}[{extra}]" if extra else NUMBA_CUDA
+                spec += str(req.specifier)
+                wanted = [w for w in wanted if not w.startswith(NUMBA_CUDA)] + [spec]
+            continue
+        if name not in have or not req.specifier.contains(have[name].split("+")[0], True):
+            wanted.append(f"{req.name}{req.specifier}")
+    commands = []
+    if wanted:
+        commands.append([python, "-m", "pip", "install", "-q", *wanted])
+    if _canonical(WORKBOOK) not in have:
+        commands.append([python, "-m", "pip", "install", "-q", "--no-deps", "-e", root])
+
+    driver = ("no GPU" if driver_cuda is None
+              else f"GPU driver for CUDA {driver_cuda[0]}.{driver_cuda[1]}")
+    parts = [f"Colab setup ({driver}):"]
+    parts.append(f"installing {', '.join(wanted)}" if wanted else "nothing to install")
+    if extra and any(w.startswith(NUMBA_CUDA) for w in wanted):
+        parts[-1] += f" ({extra}: the driver's CUDA line)" if driver_cuda else \
+            " (cu13: the compiler notebook 07 reads)"
+    torch = have.get("torch")
+    parts[-1] += ";"
+    if torch is None:
+        parts.append("torch is missing, which a Colab runtime has: install torch for this "
+                     "runtime's driver first;")
+    else:
+        old = _version_tuple(torch)[:2] < TORCH_FLOOR
+        parts.append(f"keeping Colab's torch {torch}"
+                     + (f" and torchvision {have['torchvision']}" if "torchvision" in have else "")
+                     + (f" (older than the {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} the workbook needs:"
+                        " some cells may fail)" if old else "") + ";")
+    parts.append("the workbook itself without its dependencies." if commands and
+                 commands[-1][-3:] == ["--no-deps", "-e", root] else "the workbook is installed.")
+    return Plan(commands, " ".join(parts))
+
+
+def read_requirements(root: str) -> list[str]:
+    """The workbook's dependencies: ``[project] dependencies`` of ``root/pyproject.toml``."""
+    with open(pathlib.Path(root) / "pyproject.toml", "rb") as f:
+        return list(tomllib.load(f)["project"]["dependencies"])
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version the GPU driver supports, from libcuda's ``cuDriverGetVersion`` (no GPU
+    context is created), or None where there is no driver."""
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        try:
+            if lib.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
+                return None
+        except (AttributeError, OSError):
+            return None
+        return version.value // 1000, (version.value % 1000) // 10
+    return None
+
+
+def installed_packages() -> dict[str, str]:
+    """{canonical distribution name: version} of what this interpreter has installed."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(_canonical(name), dist.version)
+    return found
+
+
+def bootstrap(root: str | pathlib.Path, run=None) -> Plan:
+    """Probe the runtime, plan, run the plan's commands (``run``, default
+    :func:`subprocess.run` with ``check=True``) and print the plan's summary line, preceded by
+    :data:`GPU_HINT` on a runtime without a GPU.
+
+    Raises:
+        subprocess.CalledProcessError: if a pip command fails (the notebook then stops there).
+    """
+    run = run or (lambda cmd: subprocess.run(cmd, check=True))
+    driver = driver_cuda_version()
+    the_plan = plan(driver, installed_packages(), sys.platform, read_requirements(str(root)),
+                    str(root), sys.executable)
+    if driver is None:
+        print(GPU_HINT)
+    for command in the_plan.commands:
+        run(command)
+    print(the_plan.summary)
+    return the_plan
