@@ -49,7 +49,9 @@ if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
     # Colab: fetch the workbook, install what Colab lacks (never its own torch), enable widgets.
     repo = "{COLAB_REPO}"  # helpers.notebook.COLAB_REPO
     root = pathlib.Path("/content") / repo.split("/")[1]
-    if not root.exists():
+    if not (root / "tools" / "colab_bootstrap.py").exists():  # not cloned yet, or cut short
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
         url = f"https://github.com/{{repo}}"
         subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(root)], check=True)
     import runpy

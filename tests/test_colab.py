@@ -204,6 +204,26 @@ def test_colab_branch_on_a_warm_runtime_installs_nothing(monkeypatch, recorder, 
     assert recorder.widget_manager_enabled == 1
 
 
+def test_colab_branch_clones_again_after_a_clone_cut_short(monkeypatch, recorder, tmp_path,
+                                                          capsys):
+    """A clone interrupted (or from before the installer existed) is replaced, not used."""
+    import ctypes
+
+    def no_driver(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    _fake_colab(monkeypatch, recorder)
+    partial = tmp_path / notebook.COLAB_REPO.split("/")[1]
+    (partial / ".git").mkdir(parents=True)
+    (partial / "README.md").write_text("half a clone\n")
+    _content_is(monkeypatch, tmp_path)
+    exec(notebook.SETUP_CELL, {})
+    assert recorder.commands == [["git", "clone", "-q", "--depth", "1",
+                                  f"https://github.com/{notebook.COLAB_REPO}", str(partial)]]
+    assert os.path.islink(partial)  # the recorder's clone, not the half one
+    assert "nothing to install" in capsys.readouterr().out
+
+
 def test_colab_is_detected_by_module_or_environment_variable(monkeypatch):
     lines = notebook.SETUP_CELL.splitlines()
     line = next(ln for ln in lines if ln.startswith("if ") and "colab" in ln)

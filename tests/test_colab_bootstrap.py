@@ -8,8 +8,9 @@ import ast
 import ctypes
 import pathlib
 import re
+import subprocess
 import sys
-import tomllib
+import types
 
 import pytest
 from packaging.requirements import Requirement
@@ -27,6 +28,7 @@ COLAB = {"torch": "2.5.1+cu124", "torchvision": "0.20.1+cu124", "numpy": "2.0.2"
          "nbformat": "5.10.4", "notebook": "6.5.7"}
 #: The same runtime after a first bootstrap for a CUDA 12 driver.
 WARM_CU12 = {**COLAB, "numba": "0.62.1", "numba-cuda": "0.30.4", "cuda-bindings": "12.9.4",
+             "cuda-toolkit": "12.9.1",
              "nvidia-nvjitlink-cu12": "12.9.86", "nvidia-cuda-cuobjdump": "13.0.85",
              "nvidia-cuda-nvdisasm": "13.0.85", "ipywidgets": "8.1.8", "plotly": "6.5.0",
              "anywidget": "0.9.21", "py-cpuinfo": "9.0.0", "nvidia-ml-py": "13.580.82",
@@ -58,7 +60,8 @@ CASES = {
                                            "torchvision": "0.18.1+cu121"}, "cu12"),
     "13.0 driver": ((13, 0), COLAB, "cu13"),
     "no GPU, warm runtime": (None, {**WARM_CU12, "cuda-bindings": "13.0.3",
-                                    "nvidia-nvjitlink": "13.0.88"}, None),
+                                    "cuda-toolkit": "13.0.2", "nvidia-nvjitlink": "13.0.88"},
+                             None),
     "CPU runtime": (None, COLAB, "cu13"),
 }
 
@@ -101,7 +104,8 @@ def test_a_warm_runtime_installs_nothing():
 def test_cu13_pieces_on_a_cuda_12_driver_are_replaced_by_cu12():
     """numba-cuda being installed is not enough: with CUDA 13 pieces a 12.x driver rejects the
     compiled code, so it is installed again with the cu12 extra."""
-    cu13 = {**WARM_CU12, "cuda-bindings": "13.0.3", "nvidia-nvjitlink": "13.0.88"}
+    cu13 = {**WARM_CU12, "cuda-bindings": "13.0.3", "cuda-toolkit": "13.0.2",
+            "nvidia-nvjitlink": "13.0.88"}
     del cu13["nvidia-nvjitlink-cu12"]
     commands, _ = plan((12, 4), cu13)
     assert commands == [[PY, "-m", "pip", "install", "-q", "numba-cuda[cu12]>=0.30"]]
@@ -229,5 +233,57 @@ def test_module_needs_only_the_standard_library_and_packaging():
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             top.add(node.module.split(".")[0])
-    assert top - {"__future__", "packaging"} <= set(sys.stdlib_module_names), top
-    assert tomllib  # the pyproject reader is the standard library's
+    assert top - {"__future__", "packaging", "pip", "_numba_cuda_redirector"} <= \
+        set(sys.stdlib_module_names), top
+
+
+def test_cuda_toolkit_of_the_wrong_line_is_replaced():
+    commands, _ = plan((12, 4), {**WARM_CU12, "cuda-toolkit": "13.0.2"})
+    assert commands == [[PY, "-m", "pip", "install", "-q", "numba-cuda[cu12]>=0.30"]]
+
+
+def test_odd_versions_and_requirements_are_handled():
+    """A version that is not PEP 440 counts as not installed; extras and URLs are kept, markers
+    are evaluated and dropped."""
+    reqs = ["foo[bar]>=1; sys_platform == 'linux'", "baz @ https://example.org/baz-1.0.whl",
+            "qux>=2; sys_platform == 'win32'", "torch>=2.6"]
+    commands, _ = cb.plan(None, {"foo": "banana", "torch": "2.6.0"}, "linux", reqs, DIR, PY)
+    assert commands[0] == [PY, "-m", "pip", "install", "-q", "foo[bar]>=1",
+                           "baz @ https://example.org/baz-1.0.whl"]
+
+
+def test_pip_output_is_shown_only_when_pip_fails(capsys):
+    ok = cb._pip([sys.executable, "-c", "print('collecting...')"])
+    assert ok == "collecting...\n" and capsys.readouterr().out == ""
+    with pytest.raises(subprocess.CalledProcessError):
+        cb._pip([sys.executable, "-c", "import sys; print('no matching distribution'); "
+                                       "sys.exit(3)"])
+    assert "no matching distribution" in capsys.readouterr().out
+
+
+def test_pips_conflict_report_becomes_part_of_the_line(monkeypatch, capsys):
+    monkeypatch.setattr(cb, "driver_cuda_version", lambda: (12, 4))
+    monkeypatch.setattr(cb, "installed_packages", lambda: dict(COLAB))
+    report = ("ERROR: pip's dependency resolver does not currently take into account all the "
+              "packages that are installed. This behaviour is the source of the following "
+              "dependency conflicts.\ncudf-cu12 24.12.0 requires numba<0.61,>=0.59.1, but you "
+              "have numba 0.62.1 which is incompatible.\ntorch 2.5.1+cu124 requires "
+              "nvidia-cuda-nvrtc-cu12==12.4.127; ..., but you have 12.9.86 which is "
+              "incompatible.\n")
+    cb.bootstrap(ROOT, run=lambda cmd: report if "--no-deps" not in cmd else "")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1
+    assert out[0].endswith("pip: cudf-cu12, torch now find other versions of their "
+                           "dependencies than they ask for (`pip check` lists them).")
+
+
+def test_a_numba_cuda_installed_now_takes_over_numba_cuda(monkeypatch):
+    """Python reads numba-cuda's .pth file only at start-up; the bootstrap does what it does."""
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "_numba_cuda_redirector", raising=False)
+    monkeypatch.delitem(sys.modules, "numba.cuda", raising=False)
+    assert cb.activate_numba_cuda() is None
+    assert "_numba_cuda_redirector" in sys.modules
+    assert any(type(f).__name__ == "NumbaCudaFinder" for f in sys.meta_path)
+    monkeypatch.setitem(sys.modules, "numba.cuda", types.ModuleType("numba.cuda"))
+    assert "Restart session" in cb.activate_numba_cuda()

@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -38,14 +39,35 @@ def test_a_missing_start_notebook_is_refused_by_name(tmp_path):
     assert "--LabApp.default_url=/lab/tree/first.ipynb" in lab.arguments(tmp_path, "first.ipynb")
 
 
-def test_environment_puts_the_workbook_config_first_and_keeps_the_rest():
-    env = {"JUPYTER_CONFIG_PATH": "/etc/site-a" + os.pathsep + "/etc/site-b", "HOME": "/home/x"}
+def test_environment_ranks_the_workbook_config_below_the_learners():
+    env = {"JUPYTER_CONFIG_PATH": "/etc/site-a" + os.pathsep + "/etc/site-b", "HOME": "/home/x",
+           "JUPYTER_CONFIG_DIR": "/home/x/.jupyter"}
     out = lab.environment(env)
-    assert out["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(lab.CONFIG_DIR), "/etc/site-a",
-                                                             "/etc/site-b"]
+    assert out["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [
+        "/home/x/.jupyter", "/etc/site-a", "/etc/site-b", str(lab.CONFIG_DIR)]
     assert out["HOME"] == "/home/x"
     assert env["JUPYTER_CONFIG_PATH"] == "/etc/site-a" + os.pathsep + "/etc/site-b"  # not changed
-    assert lab.environment({})["JUPYTER_CONFIG_PATH"] == str(lab.CONFIG_DIR)
+    assert lab.environment({})["JUPYTER_CONFIG_PATH"].split(os.pathsep)[-1] == str(lab.CONFIG_DIR)
+
+
+def _hide_globs(env) -> list[str]:
+    """The file browser's hide_globs that a Jupyter server started with ``env`` would use."""
+    code = ("from jupyter_server.serverapp import ServerApp; app = ServerApp(); "
+            "app.load_config_file(); print(json.dumps(app.config.ContentsManager.hide_globs))")
+    done = subprocess.run([sys.executable, "-c", "import json; " + code], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_workbook_config_applies_and_the_learners_own_wins(tmp_path):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    env = lab.environment({**base, "JUPYTER_CONFIG_DIR": str(mine)})
+    assert "*.egg-info" in _hide_globs(env)
+    (mine / "jupyter_server_config.json").write_text(
+        json.dumps({"ContentsManager": {"hide_globs": ["my_private_folder"]}}))
+    assert _hide_globs(env) == ["my_private_folder"]
 
 
 def test_file_browser_hides_build_and_packaging_folders_and_keeps_jupyters_own():

@@ -12,6 +12,7 @@ version, the installed packages and the platform; :func:`bootstrap` probes them 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import importlib.metadata
 import pathlib
 import re
@@ -20,17 +21,26 @@ import sys
 import tomllib
 from typing import NamedTuple
 
-__all__ = ["KEEP", "NUMBA_CUDA", "TORCH_FLOOR", "Plan", "plan", "driver_cuda_version",
-           "installed_packages", "read_requirements", "bootstrap"]
+try:
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.version import InvalidVersion
+except ImportError:  # a runtime without packaging still has pip's copy
+    from pip._vendor.packaging.markers import default_environment
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.version import InvalidVersion
+
+__all__ = ["KEEP", "NUMBA_CUDA", "TORCH_FLOOR", "GPU_HINT", "Plan", "plan", "driver_cuda_version",
+           "activate_numba_cuda", "installed_packages", "read_requirements", "bootstrap"]
 
 #: Never installed or upgraded in Colab, whatever version is there: torch and torchvision
 #: (built for Colab's driver), and Colab's own kernel and Jupyter packages. The notebooks do
-#: not use the last five (they run ``make run``, ``make book`` and the tests).
+#: not import the last five (``make run``, ``make book`` and the tests do).
 KEEP = ("torch", "torchvision", "ipykernel", "jupyterlab", "nbclient", "nbconvert", "nbformat",
         "kaleido")
 #: The package whose extra follows the driver.
 NUMBA_CUDA = "numba-cuda"
-#: The oldest torch the workbook's code needs (pyproject.toml says why).
+#: The oldest torch whose API the workbook's code relies on (pyproject.toml says why).
 TORCH_FLOOR = (2, 6)
 WORKBOOK = "gpu-cnn-workbook"
 GPU_HINT = ("No GPU in this runtime: CUDA kernels run in Numba's CUDA simulator and every notebook "
@@ -61,13 +71,33 @@ def _extra(driver_cuda: tuple[int, int] | None) -> str:
 
 
 def _has_extra(installed: dict[str, str], extra: str) -> bool:
-    """Whether numba-cuda's CUDA pieces for ``extra`` are installed (cuda-bindings of that major
-    version and its nvJitLink)."""
+    """Whether numba-cuda's CUDA pieces for ``extra`` are installed: cuda-bindings and the
+    cuda-toolkit components (NVVM, NVRTC) of that major version, and its nvJitLink."""
     major = int(extra[2:])
-    bindings = installed.get("cuda-bindings")
     jitlink = "nvidia-nvjitlink-cu12" if major == 12 else "nvidia-nvjitlink"
-    return (bindings is not None and _version_tuple(bindings)[:1] == (major,)
-            and jitlink in installed)
+    return (all(_version_tuple(installed.get(name, "0"))[:1] == (major,)
+                for name in ("cuda-bindings", "cuda-toolkit")) and jitlink in installed)
+
+
+def _satisfies(req, version: str | None) -> bool:
+    """Whether an installed ``version`` (None: not installed) meets ``req``'s specifier; a
+    version that is not PEP 440 does not."""
+    if version is None:
+        return False
+    try:
+        return req.specifier.contains(version.split("+")[0], prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def _install_spec(req, extras: tuple[str, ...] | None = None) -> str:
+    """``req`` as pip takes it: without its marker (already evaluated) and, where ``extras``
+    is given, with those extras instead of its own."""
+    req = Requirement(str(req))
+    req.marker = None
+    if extras is not None:
+        req.extras = set(extras)
+    return str(req)
 
 
 def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platform: str = "linux",
@@ -90,10 +120,8 @@ def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platfor
 
     Raises:
         ValueError: if ``driver_cuda`` is not a (major, minor) pair of integers.
+        packaging.requirements.InvalidRequirement: for a requirement pip could not read either.
     """
-    from packaging.markers import default_environment
-    from packaging.requirements import Requirement
-
     if driver_cuda is not None and not (isinstance(driver_cuda, tuple) and len(driver_cuda) == 2
                                         and all(isinstance(v, int) for v in driver_cuda)):
         raise ValueError(f"driver_cuda: expected (major, minor) or None, got {driver_cuda!r}")
@@ -113,14 +141,12 @@ def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platfor
             kept.append(name)
             continue
         if name == NUMBA_CUDA:
-            ok = name in have and req.specifier.contains(have[name].split("+")[0], True)
-            if not ok or (extra and not _has_extra(have, extra)):
-                spec = f"{NUMBA_CUDA}[{extra}]" if extra else NUMBA_CUDA
-                spec += str(req.specifier)
+            if not _satisfies(req, have.get(name)) or (extra and not _has_extra(have, extra)):
+                spec = _install_spec(req, (extra,) if extra else ())  # the driver's extra
                 wanted = [w for w in wanted if not w.startswith(NUMBA_CUDA)] + [spec]
             continue
-        if name not in have or not req.specifier.contains(have[name].split("+")[0], True):
-            wanted.append(f"{req.name}{req.specifier}")
+        if not _satisfies(req, have.get(name)):
+            wanted.append(_install_spec(req))
     commands = []
     if wanted:
         commands.append([python, "-m", "pip", "install", "-q", *wanted])
@@ -151,7 +177,11 @@ def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platfor
 
 
 def read_requirements(root: str) -> list[str]:
-    """The workbook's dependencies: ``[project] dependencies`` of ``root/pyproject.toml``."""
+    """The workbook's dependencies: ``[project] dependencies`` of ``root/pyproject.toml``.
+
+    Raises:
+        FileNotFoundError: if ``root`` has no pyproject.toml.
+    """
     with open(pathlib.Path(root) / "pyproject.toml", "rb") as f:
         return list(tomllib.load(f)["project"]["dependencies"])
 
@@ -184,21 +214,68 @@ def installed_packages() -> dict[str, str]:
     return found
 
 
+def _pip(command: list[str]) -> str:
+    """Run one pip command, its output captured (pip's notes and its report on conflicts among
+    other installed packages would bury the one line); on failure print that output and raise
+    :class:`subprocess.CalledProcessError`. Returns the output."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    output = (done.stdout or "") + (done.stderr or "")
+    if done.returncode != 0:
+        print(output.strip())
+        raise subprocess.CalledProcessError(done.returncode, command, output)
+    return output
+
+
+def activate_numba_cuda() -> str | None:
+    """Make a numba-cuda installed in this running interpreter take over ``numba.cuda``, as its
+    ``.pth`` file does at start-up (Python reads .pth files only then): without this, the
+    notebook would get numba's own, older CUDA target until the session restarts.
+
+    Returns:
+        None when done (or when there is no numba-cuda), or a sentence saying to restart the
+        session when ``numba.cuda`` was imported already.
+    """
+    importlib.invalidate_caches()
+    if "numba.cuda" in sys.modules:
+        return ("numba.cuda was imported before numba-cuda was installed: restart the session "
+                "(Runtime > Restart session) and run this cell again.")
+    try:
+        import _numba_cuda_redirector  # noqa: F401  (installs numba-cuda's import redirect)
+    except ImportError:
+        pass
+    return None
+
+
 def bootstrap(root: str | pathlib.Path, run=None) -> Plan:
-    """Probe the runtime, plan, run the plan's commands (``run``, default
-    :func:`subprocess.run` with ``check=True``) and print the plan's summary line, preceded by
-    :data:`GPU_HINT` on a runtime without a GPU.
+    """Probe the runtime, plan, run the plan's commands and print the plan's summary line,
+    preceded by :data:`GPU_HINT` on a runtime without a GPU.
+
+    Args:
+        root: the workbook's folder (its pyproject.toml lists the dependencies).
+        run: runs one command and returns its output; default: pip's output captured, shown
+            only if it fails.
+
+    Returns:
+        The :class:`Plan` that ran.
 
     Raises:
-        subprocess.CalledProcessError: if a pip command fails (the notebook then stops there).
+        subprocess.CalledProcessError: if a command fails (the notebook then stops there).
+        FileNotFoundError: if ``root`` has no pyproject.toml.
     """
-    run = run or (lambda cmd: subprocess.run(cmd, check=True))
+    run = run or _pip
     driver = driver_cuda_version()
     the_plan = plan(driver, installed_packages(), sys.platform, read_requirements(str(root)),
                     str(root), sys.executable)
     if driver is None:
         print(GPU_HINT)
-    for command in the_plan.commands:
-        run(command)
-    print(the_plan.summary)
+    output = "".join(run(command) or "" for command in the_plan.commands)
+    summary = the_plan.summary
+    if any(a.startswith(NUMBA_CUDA) for c in the_plan.commands for a in c):
+        restart = activate_numba_cuda()
+        summary += f" {restart}" if restart else ""
+    conflicted = sorted(set(re.findall(r"^(\S+) \S+ requires ", output, re.M)))
+    if conflicted:
+        summary += (f" pip: {', '.join(conflicted)} now find other versions of their "
+                    f"dependencies than they ask for (`pip check` lists them).")
+    print(summary)
     return the_plan

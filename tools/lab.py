@@ -4,7 +4,7 @@ The printed URL opens ``notebooks/00_start_here.ipynb`` (JupyterLab 4 redirects 
 ``LabApp.default_url``, so that is the one set). The configuration folder ``tools/jupyter_config/``
 is added to ``JUPYTER_CONFIG_PATH``: the file browser hides build and packaging folders
 (``build``, ``*.egg-info``), and JupyterLab neither asks about news nor checks for updates. These
-are defaults only: a learner's own JupyterLab settings still win.
+are defaults only: a learner's own JupyterLab settings and ``~/.jupyter`` configuration win.
 
 Usage: ``python -m tools.lab [--port 8888] [--no-browser] [other jupyter lab options ...]``
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+
+from jupyter_core.paths import jupyter_config_dir
 
 __all__ = ["START_NOTEBOOK", "CONFIG_DIR", "arguments", "environment", "main"]
 
@@ -39,11 +41,14 @@ def arguments(root: pathlib.Path = ROOT, start: str = START_NOTEBOOK) -> list[st
 
 
 def environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``env`` (default: this process's) with :data:`CONFIG_DIR` first on
-    ``JUPYTER_CONFIG_PATH``, ahead of the system's configuration but behind the user's own."""
+    """A copy of ``env`` (default: this process's) with :data:`CONFIG_DIR` on
+    ``JUPYTER_CONFIG_PATH``: behind the learner's own configuration folder (``~/.jupyter`` or
+    ``JUPYTER_CONFIG_DIR``) and any ``JUPYTER_CONFIG_PATH`` already set, which Jupyter would
+    otherwise rank below it, and ahead of the environment's and the system's."""
     env = dict(os.environ if env is None else env)
-    rest = env.get("JUPYTER_CONFIG_PATH")
-    env["JUPYTER_CONFIG_PATH"] = str(CONFIG_DIR) + (os.pathsep + rest if rest else "")
+    user = env.get("JUPYTER_CONFIG_DIR") or jupyter_config_dir()
+    rest = [p for p in env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if p]
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join([user, *rest, str(CONFIG_DIR)])
     return env
 
 

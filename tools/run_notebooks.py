@@ -35,12 +35,12 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int 
     start-up log, and anything written outside a cell's capture) go to a temporary file.
 
     Returns:
-        (ok, seconds, error text or ""). If the kernel itself failed (died, did not start,
-        timed out) rather than a cell, the error text goes on with its last lines of output.
+        (ok, seconds, error text or ""). If the kernel itself failed (died, did not start)
+        rather than a cell, the error text goes on with its last lines of output.
     """
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
@@ -55,9 +55,12 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int 
         except CellExecutionError as exc:
             lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             error = lines[-1] if lines else "cell failed"
+        except CellTimeoutError as exc:  # its message goes on with the cell's source
+            error = f"CellTimeoutError: {str(exc).strip().splitlines()[0]}"
         except Exception as exc:  # noqa: BLE001 - report and go on to the next notebook
-            # The kernel died, did not start or timed out: what it printed may say why.
-            error = f"{type(exc).__name__}: {exc}"
+            # The kernel died or did not start: what it printed may say why.
+            lines = str(exc).strip().splitlines()
+            error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
             kernel_log.seek(0)
             tail = kernel_log.read().decode(errors="replace").strip().splitlines()
             if tail:
