@@ -131,14 +131,13 @@ def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platfor
                                         "win32": "Windows"}.get(platform, platform))
     reqs = requirements if requirements is not None else read_requirements(root)
     extra = _extra(driver_cuda) if platform == "linux" else None
-    wanted, kept = [], []
+    wanted = []
     for text in reqs:
         req = Requirement(text)
         name = _canonical(req.name)
         if req.marker is not None and not req.marker.evaluate(environment):
             continue
         if name in KEEP:
-            kept.append(name)
             continue
         if name == NUMBA_CUDA:
             if not _satisfies(req, have.get(name)) or (extra and not _has_extra(have, extra)):
