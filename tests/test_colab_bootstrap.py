@@ -214,11 +214,18 @@ def test_installed_packages_are_this_environments():
 def test_bootstrap_runs_the_plan_and_prints_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cb, "driver_cuda_version", lambda: (12, 4))
     monkeypatch.setattr(cb, "installed_packages", lambda: dict(COLAB))
+    activated = []
+    monkeypatch.setattr(cb, "activate_numba_cuda", lambda: activated.append(1))
     ran = []
     result = cb.bootstrap(ROOT, run=ran.append)
     assert ran == result.commands and len(ran) == 2
     assert ran[0][0] == sys.executable and ran[1][-1] == str(ROOT)
+    assert activated == [1]  # numba-cuda was installed: its import redirect is put in place
     assert capsys.readouterr().out == result.summary + "\n"
+    # where numba.cuda was imported already, the line ends saying to restart
+    monkeypatch.setattr(cb, "activate_numba_cuda", lambda: "Restart, please.")
+    result = cb.bootstrap(ROOT, run=ran.append)
+    assert capsys.readouterr().out == result.summary + " Restart, please.\n"
     monkeypatch.setattr(cb, "driver_cuda_version", lambda: None)
     cb.bootstrap(ROOT, run=ran.append)
     out = capsys.readouterr().out.splitlines()
@@ -264,6 +271,7 @@ def test_pip_output_is_shown_only_when_pip_fails(capsys):
 def test_pips_conflict_report_becomes_part_of_the_line(monkeypatch, capsys):
     monkeypatch.setattr(cb, "driver_cuda_version", lambda: (12, 4))
     monkeypatch.setattr(cb, "installed_packages", lambda: dict(COLAB))
+    monkeypatch.setattr(cb, "activate_numba_cuda", lambda: None)
     report = ("ERROR: pip's dependency resolver does not currently take into account all the "
               "packages that are installed. This behaviour is the source of the following "
               "dependency conflicts.\ncudf-cu12 24.12.0 requires numba<0.61,>=0.59.1, but you "
