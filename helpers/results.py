@@ -17,6 +17,7 @@ import os
 import pathlib
 import re
 import sys
+import tempfile
 
 from helpers.device import backend
 
@@ -69,6 +70,17 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _cannot_create_in(folder: pathlib.Path) -> str | None:
+    """Why no file can be created in ``folder``, found by creating (and at once deleting) a
+    temporary one: permission bits do not stop root, but a read-only or special file system
+    (``/proc``) does."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as exc:
+        return f"no file can be created in {folder} ({exc.strerror or exc})"
+
+
 def _unwritable(path: pathlib.Path, folder: bool) -> str | None:
     if path.exists():
         if folder and not path.is_dir():
@@ -77,7 +89,13 @@ def _unwritable(path: pathlib.Path, folder: bool) -> str | None:
             return "it is a folder, not a file"
         if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
             return "permission denied"
-        return None
+        if folder:
+            return _cannot_create_in(path)
+        try:
+            with open(path, "ab"):  # opened for appending: nothing written, nothing truncated
+                return None
+        except OSError as exc:
+            return f"it cannot be opened for writing ({exc.strerror or exc})"
     ancestor = path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -85,7 +103,7 @@ def _unwritable(path: pathlib.Path, folder: bool) -> str | None:
         return f"{ancestor} is not a folder"
     if not os.access(ancestor, os.W_OK | os.X_OK):
         return f"no permission to create it in {ancestor}"
-    return None
+    return _cannot_create_in(ancestor)
 
 
 def writable_folder(path: str) -> pathlib.Path:

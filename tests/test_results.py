@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -236,6 +237,30 @@ def test_writable_folder_and_file_refuse_paths_that_cannot_be_written(tmp_path):
             (results.writable_file, a_file / "x.csv", "is not a folder")]:
         with pytest.raises(argparse.ArgumentTypeError, match=reason):
             call(str(path))
+    a_file.write_text("kept")
+    assert results.writable_file(str(a_file)) == a_file and a_file.read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # the probe left nothing
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_file_system_that_refuses_files_is_refused_even_for_root():
+    """Permission bits do not stop root (a container, Colab), but no file can be created in
+    /proc: the check tries, rather than trusting os.access."""
+    for call, path in [(results.writable_file, "/proc/workbook-check/out.csv"),
+                       (results.writable_folder, "/proc/workbook-check"),
+                       (results.writable_folder, "/proc")]:
+        with pytest.raises(argparse.ArgumentTypeError, match="no file can be created in /proc"):
+            call(path)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_the_sweep_refuses_an_out_in_proc_before_measuring(capsys):
+    main = importlib.import_module("helpers.experiments.sweep").main
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "paper", "--out", "/proc/workbook-check/sweep.csv"])
+    assert exc.value.code == 2 and time.perf_counter() - start < 2.0
+    assert "no file can be created in /proc" in capsys.readouterr().err
 
 
 COMMANDS_WITH_OUT = [
