@@ -24,10 +24,12 @@ from typing import NamedTuple
 try:
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name as _canonical
     from packaging.version import InvalidVersion
 except ImportError:  # a runtime without packaging still has pip's copy
     from pip._vendor.packaging.markers import default_environment
     from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name as _canonical
     from pip._vendor.packaging.version import InvalidVersion
 
 __all__ = ["KEEP", "NUMBA_CUDA", "TORCH_FLOOR", "GPU_HINT", "Plan", "plan", "driver_cuda_version",
@@ -46,10 +48,6 @@ WORKBOOK = "gpu-cnn-workbook"
 GPU_HINT = ("No GPU in this runtime: CUDA kernels run in Numba's CUDA simulator and every notebook "
             "still runs. For a GPU: Runtime > Change runtime type > T4 GPU, then run this cell "
             "again.")
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
