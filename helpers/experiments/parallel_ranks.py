@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -391,10 +392,19 @@ def main(argv: list[str] | None = None) -> int:
             with open(tmp, "w") as fh:
                 json.dump({"rows": rows, "world": world}, fh)
             os.replace(tmp, args.result)
+        dist.barrier()                  # no rank closes its connections while another still reads
     finally:
         dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # DDP's reducer keeps the gloo group, and the group's worker threads, alive past
+    # destroy_process_group. A worker that frees a tensor while the interpreter shuts down needs
+    # a GIL that is gone, and the rank aborts ("terminate called without an active exception")
+    # after its work is done. The rank ends as multiprocessing's children do: output flushed,
+    # then os._exit, with no interpreter shutdown for a worker to race.
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
