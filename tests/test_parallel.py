@@ -256,6 +256,34 @@ def test_allreduce_rows(two_ranks):
         assert r["copy_gbps"] > 0
 
 
+_TORCHRUN_REPORT = """\
+Traceback (most recent call last):
+  File "torch/distributed/launcher/api.py", line 386, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+helpers.experiments.parallel_ranks FAILED
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 27492)  (SIGABRT)
+  traceback : Signal 6 (SIGABRT) received by PID 27492
+======================================================"""
+
+
+def test_failure_cause_names_the_ranks_error_not_torchruns_report():
+    python = ["rank 1/2: ddp started", "Traceback (most recent call last):",
+              '  File "parallel_ranks.py", line 98, in _setup',
+              "RuntimeError: rank 1 failed on purpose (--fail-rank 1)"]
+    assert (parallel.failure_cause(python + _TORCHRUN_REPORT.splitlines())
+            == "RuntimeError: rank 1 failed on purpose (--fail-rank 1)")
+    # a C++ abort after the rank's work is done names no Python error: its one line is the cause
+    abort = ["rank 0/2: allreduce done", "terminate called without an active exception"]
+    assert (parallel.failure_cause(abort + _TORCHRUN_REPORT.splitlines())
+            == "terminate called without an active exception")
+    assert parallel.failure_cause(_TORCHRUN_REPORT.splitlines()) is None
+
+
 def test_a_failed_rank_stops_them_all():
     run_id = "fail-" + uuid.uuid4().hex[:8]
     with pytest.raises(RuntimeError, match="failed on purpose"):

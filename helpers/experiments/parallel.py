@@ -212,6 +212,16 @@ def _start(cmd: list[str], log, env: dict) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def failure_cause(lines) -> str | None:
+    """The line of a torchrun log that says why a rank failed, or None: the last Python error
+    (``...Error: ...``) or C++ runtime abort (``terminate called ...``, ``Fatal Python error``),
+    not torchrun's own ``ChildFailedError`` report, which names only the signal."""
+    marks = ("Error", "terminate called", "Fatal Python error")
+    found = [ln.strip() for ln in lines
+             if any(m in ln for m in marks) and "ChildFailedError" not in ln]
+    return found[-1] if found else None
+
+
 def _row(**kw) -> dict:
     row = dict.fromkeys(ROW_KEYS, math.nan)
     row.update({k: v for k, v in kw.items() if k in row})
@@ -308,10 +318,10 @@ def launch(experiments=("ddp",), ranks: int = 2, *, device: str = "cpu", batch: 
                 _stop(proc, seen)
         if proc.returncode != 0 or not result.exists():
             tail = log_path.read_text(errors="replace").splitlines()
-            cause = [ln for ln in tail if "Error" in ln and "ChildFailedError" not in ln]
+            cause = failure_cause(tail)
             raise RuntimeError(
                 f"a rank failed (torchrun exit status {proc.returncode}); "
-                + (f"cause: {cause[-1].strip()}; " if cause else "")
+                + (f"cause: {cause}; " if cause else "")
                 + "last lines:\n" + "\n".join(tail[-12:]))
         data = json.loads(result.read_text())
     label = device_label(device)
