@@ -281,6 +281,11 @@ def test_failure_cause_names_the_ranks_error_not_torchruns_report():
     abort = ["rank 0/2: allreduce done", "terminate called without an active exception"]
     assert (parallel.failure_cause(abort + _TORCHRUN_REPORT.splitlines())
             == "terminate called without an active exception")
+    # a Python error stays the cause when the dying process aborts after it
+    assert (parallel.failure_cause(python + abort[1:] + ["Fatal Python error: Aborted"])
+            == "RuntimeError: rank 1 failed on purpose (--fail-rank 1)")
+    assert (parallel.failure_cause(abort + ["Fatal Python error: Aborted"])
+            == "Fatal Python error: Aborted")
     assert parallel.failure_cause(_TORCHRUN_REPORT.splitlines()) is None
 
 

@@ -214,12 +214,13 @@ def _start(cmd: list[str], log, env: dict) -> subprocess.Popen:
 
 def failure_cause(lines) -> str | None:
     """The line of a torchrun log that says why a rank failed, or None: the last Python error
-    (``...Error: ...``) or C++ runtime abort (``terminate called ...``, ``Fatal Python error``),
-    not torchrun's own ``ChildFailedError`` report, which names only the signal."""
-    marks = ("Error", "terminate called", "Fatal Python error")
-    found = [ln.strip() for ln in lines
-             if any(m in ln for m in marks) and "ChildFailedError" not in ln]
-    return found[-1] if found else None
+    (``...Error: ...``), else the C++ runtime's abort (``terminate called ...``, ``Fatal Python
+    error``, which can follow a Python error as the process dies); never torchrun's own
+    ``ChildFailedError`` report, which names only the signal."""
+    lines = [ln.strip() for ln in lines if "ChildFailedError" not in ln]
+    python = [ln for ln in lines if "Error" in ln and not ln.startswith("Fatal Python error")]
+    aborts = [ln for ln in lines if ln.startswith(("terminate called", "Fatal Python error"))]
+    return (python or aborts or [None])[-1]
 
 
 def _row(**kw) -> dict:

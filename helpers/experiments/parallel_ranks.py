@@ -399,11 +399,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # DDP's reducer keeps the gloo group, and the group's worker threads, alive past
-    # destroy_process_group. A worker that frees a tensor while the interpreter shuts down needs
-    # a GIL that is gone, and the rank aborts ("terminate called without an active exception")
-    # after its work is done. The rank ends as multiprocessing's children do: output flushed,
-    # then os._exit, with no interpreter shutdown for a worker to race.
+    # Once a DistributedDataParallel model has been built (even if deleted since), the gloo
+    # group's worker threads outlive destroy_process_group. A worker that frees a tensor while
+    # the interpreter shuts down needs a GIL that is gone, and the rank aborts ("terminate called
+    # without an active exception") after its work is done. The rank ends as multiprocessing's
+    # children do: output flushed, then os._exit, with no interpreter shutdown for a worker to
+    # race.
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
