@@ -124,6 +124,9 @@ def readme_picture(page, cell, before: dict, after: dict) -> None:
     status = re.search(r"(\d+ of \d+) strategies measured on (.+?) in ([\d.]+) s\.",
                        cell.inner_text())
     assert status and status.group(2) == device.group(1).strip(), cell.inner_text()
+    # the file browser lists the test's temporary folder, not the workbook: fold it away
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()
+    page.locator("#jp-left-stack").wait_for(state="hidden")
     cell.evaluate("el => el.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(500)
     box = memory.bounding_box()
