@@ -456,10 +456,21 @@ def test_probe_measures_a_small_layer_and_scales_a_large_one():
     small = config_for((1, 3, 16, 16), (8, 3, 3, 3))
     found = conv_budget.probe(small, "reference", "cpu")
     assert found.text.startswith("one call measured at") and 0 < found.seconds < 1
-    large = config_for((64, 8, 128, 128), (8, 8, 1, 1), 1, 0)  # memory-bound, 1 x 1 kernel
-    start = time.monotonic()
-    found = conv_budget.probe(large, "im2col-gemm", "cpu")
-    assert time.monotonic() - start < 1.0  # the probe ran reduced copies only
+    # Memory-bound, 1 x 1 kernel. On a 2-core CPU, batch 16 of it takes about 10 ms and batch
+    # 64 about 0.1 s (a layer of batch 64 was probed up to its full size: a step can stay under
+    # PROBE_TARGET_S), so the probe stops by batch 64, a quarter of this layer's work.
+    large = config_for((256, 8, 128, 128), (8, 8, 1, 1), 1, 0)
+    ran = []
+
+    def recorded(step, *args):
+        ran.append(step.n)
+        return call_seconds(step, *args)
+
+    call_seconds = conv_budget._call_seconds
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv_budget, "_call_seconds", recorded)
+        found = conv_budget.probe(large, "im2col-gemm", "cpu")
+    assert ran and max(ran) <= large.n // 4, ran  # the probe ran reduced copies only
     assert "scaled to this layer" in found.text and found.seconds > 0
     # measuring takes the warm-up, the timed calls and the memory call, plus drawing inputs
     need = conv_budget.measure_seconds(large, found.seconds, 0.02, True, True)
@@ -505,6 +516,23 @@ def test_probe_does_not_scale_a_fixed_delay(monkeypatch):
     full, _ = _fake_calls(monkeypatch, lambda u, i: 0.05 + 0.01 * u)
     found = conv_budget.probe(full, "reference", "cpu")
     assert found.text == "one call measured at 0.06 s"
+
+
+def test_probe_does_not_take_a_delay_that_begins_at_one_step_for_the_work(monkeypatch):
+    """From a thousandth of the layer's work on, every call waits 50 ms (a library's threads
+    start once the work is large enough, and wait for cores another process holds). The step
+    where the delay begins jumps far past the growth of its work: it is not taken as the
+    layer's cost scaled up (about 0.05 s x 1,000 times), the probe goes on and fits the delay."""
+    full, count = _fake_calls(monkeypatch, lambda u, i: 1.0 * u + (0.05 if u >= 1e-3 else 0.0))
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert 1.0 <= found.seconds <= 0.05 + 1.0 * conv_budget.SAFETY * 1.01, found.text
+    work = [min(a / b for a, b in zip(conv_budget._work(step, "reference", True),
+                                      conv_budget._work(full, "reference", True)))
+            for step in dict.fromkeys(count)]
+    assert any(u >= 1e-3 for u in work[:-1]), work  # the probe went past the jump
+    # without the jump (no delay), the same layer's probe stops earlier and agrees
+    full, _ = _fake_calls(monkeypatch, lambda u, i: 1.0 * u)
+    assert 1.0 <= conv_budget.probe(full, "reference", "cpu").seconds <= 2.0 * 1.01
 
 
 def test_probe_repeats_only_short_calls(monkeypatch):

@@ -31,8 +31,11 @@ __all__ = ["PROBE_CALLS", "PROBE_TARGET_S", "REPEAT_BELOW_S", "SAFETY", "Probe",
 PROBE_TARGET_S = 0.01
 #: Safety factor on a time scaled up from a reduced layer (larger tensors leave the caches).
 SAFETY = 2.0
-#: A probe step counts once its time grew at least this much from the step before.
+#: A probe step counts once its time grew at least MIN_GROWTH times from the step before, and
+#: at most MAX_GROWTH times as fast as the work did: a jump far beyond the work is a delay that
+#: began at that step (threads waiting for cores another process holds), not the layer's cost.
 MIN_GROWTH = 1.5
+MAX_GROWTH = 8.0
 #: Calls per probe step; the fastest counts. A call of at least REPEAT_BELOW_S seconds is
 #: not repeated (a delay waiting for a core, CALL_DELAY_S, changes it by 20 % at most).
 PROBE_CALLS = 3
@@ -161,14 +164,15 @@ def probe(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     call can pay for setting it up, and any call can wait for a core on a loaded machine: a
     delay scaled up by the work would refuse a cheap strategy). Stops at the full layer, once
     a step's estimate is at most ``enough_s`` seconds (small enough for the caller), once a
-    step takes :data:`PROBE_TARGET_S` and grew with the work, or at ``deadline`` (a
+    step takes :data:`PROBE_TARGET_S` and grew with the work (at least :data:`MIN_GROWTH`
+    times, and at most :data:`MAX_GROWTH` times the work's growth), or at ``deadline`` (a
     :func:`time.monotonic` value). When the last two steps grew, the time is fitted as a
     fixed part (a delay per call that does not grow with the layer: threads waiting for a
     core) plus one growing with the work, and only the growing part is scaled; otherwise the
     whole time is. Errors of the strategy propagate."""
     gen = torch.Generator().manual_seed(0)
     full = _work(cfg, strategy, backward)
-    before, seconds, scale, step = None, math.inf, 1.0, cfg
+    before, seconds, scale, step, grew = None, math.inf, 1.0, cfg, False
     for step in _steps(cfg):
         if STRATEGIES[strategy].supports(step, device) is not None:
             continue
@@ -180,7 +184,8 @@ def probe(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             if (seconds * scale * SAFETY <= enough_s or seconds >= REPEAT_BELOW_S
                     or (deadline is not None and time.monotonic() >= deadline)):
                 break  # small enough already, or too long for a delay to matter, or no time
-        grew = before is not None and seconds >= MIN_GROWTH * before[0]
+        grew = (before is not None
+                and MIN_GROWTH * before[0] <= seconds <= MAX_GROWTH * before[1] / scale * before[0])
         if (scale == 1.0 or seconds * scale * SAFETY <= enough_s
                 or (seconds >= PROBE_TARGET_S and grew)
                 or (deadline is not None and time.monotonic() >= deadline)):
@@ -189,7 +194,7 @@ def probe(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     if scale == 1.0:
         return Probe(seconds, f"one call measured at {seconds:.2g} s")
     fixed = 0.0
-    if before is not None and seconds >= MIN_GROWTH * before[0] and before[1] > scale:
+    if grew and before[1] > scale:
         # t = fixed + growing * (fraction of the full layer's work), through both steps
         growing = (seconds - before[0]) / (1 / scale - 1 / before[1])
         fixed = max(0.0, seconds - growing / scale)
