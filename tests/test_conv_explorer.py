@@ -17,7 +17,10 @@ from helpers import widgets
 from helpers.conv import STRATEGIES, config_for
 from helpers.figures import style
 
-SMALL = dict(b=1, i=16, f=8, k=3, s=1, c=3, padding=0, device="cpu", min_run_time=0.005)
+# budget_s: every strategy's pessimistic bound at this layer fits, so none depends on a timed
+# probe (on a loaded machine a probe call can wait for a core; the budgets have their own tests)
+SMALL = dict(b=1, i=16, f=8, k=3, s=1, c=3, padding=0, device="cpu", min_run_time=0.005,
+             budget_s=30.0)
 CPU_STRATEGIES = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]
 
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",

@@ -455,7 +455,10 @@ def test_conv_first_update_refuses_a_layer_over_budget_with_the_estimate():
 def test_probe_measures_a_small_layer_and_scales_a_large_one():
     small = config_for((1, 3, 16, 16), (8, 3, 3, 3))
     found = conv_budget.probe(small, "reference", "cpu")
-    assert found.text.startswith("one call measured at") and 0 < found.seconds < 1
+    # Measured whole, as a rule; on a loaded machine a reduced step can wait for a core and
+    # stop the probe early (how it then estimates is tested with planted times below).
+    assert found.text.startswith(("one call measured at", "the fastest call at")), found.text
+    assert 0 < found.seconds < 10, found.text
     # Memory-bound, 1 x 1 kernel. On a 2-core CPU, batch 16 of it takes about 10 ms and batch
     # 64 about 0.1 s (a layer of batch 64 was probed up to its full size: a step can stay under
     # PROBE_TARGET_S), so the probe stops by batch 64, a quarter of this layer's work.

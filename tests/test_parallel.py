@@ -159,7 +159,15 @@ def _single_process(steps: int, world: int, b: int, per_rank_bn: bool):
     """The same training in one process: the global batch in ``world`` parts of ``b`` images,
     each part's mean loss averaged (what DDP's averaged gradients compute) with batch norm over
     each part (per_rank_bn) or, the wrong reading, over the whole global batch."""
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank runs; given back for the tests that follow
+    try:
+        return _train_single_process(steps, world, b, per_rank_bn)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_single_process(steps: int, world: int, b: int, per_rank_bn: bool):
     model = training_cnns.build("resnet20", 3, 2, 32, seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = parallel_ranks.images(32)

@@ -137,9 +137,9 @@ def test_a_cell_timeout_is_one_line(tmp_path):
     """A timed-out cell's error message repeats the cell's source over many lines: the report
     keeps its first line. The kernel's own log (its shutdown, here) is not the cause."""
     slow = _notebook(tmp_path / "04_slow.ipynb", "import time\n# a long comment line\n"
-                     "time.sleep(30)")
+                     "time.sleep(120)")
     ok, seconds, error = run_notebooks.run_notebook(slow, tmp_path / "out", timeout=2)
-    assert not ok and seconds < 25
+    assert not ok and seconds < 60  # stopped at the timeout, with the kernel's start and end
     first, *rest = error.splitlines()
     assert first.startswith("CellTimeoutError: ") and "sleep" not in first
     assert first == "CellTimeoutError: A cell timed out while it was being executed, after 2 " \

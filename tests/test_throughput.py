@@ -228,6 +228,13 @@ def test_first_call_over_budget_stops_the_point(monkeypatch):
     # a calibration that claims GEMM is free: the estimate passes, the warm-up call does not
     fake = tpb.Calibration(8, 1e-12, "a fake calibration")
     monkeypatch.setattr(tpb, "calibrate", lambda *args, **kwargs: fake)
+    real = tpb._time_once
+
+    def slow(call, device):  # a machine where the first call takes 0.3 s longer (CPUs vary)
+        time.sleep(0.3)
+        return real(call, device) + 0.3
+
+    monkeypatch.setattr(tpb, "_time_once", slow)
     start = time.monotonic()
     rows = tp.gemm_sweep([512], dtype="float16", backends=["torch"], point_budget_s=0.6,
                          **FAST)
