@@ -40,6 +40,21 @@ def _ranks_of(run_id: str) -> list[psutil.Process]:
     return found
 
 
+def _rank_processes(run_id: str) -> list[psutil.Process]:
+    """The ranks themselves among :func:`_ranks_of`: torchrun's children, not torchrun or the
+    process that called ``launch``."""
+    return [p for p in _ranks_of(run_id)
+            if "helpers.experiments.parallel_ranks" in (cmd := _cmdline(p))
+            and "torch.distributed.run" not in cmd]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def _gone(run_id: str, within_s: float = 5.0) -> bool:
     end = time.monotonic() + within_s
     while time.monotonic() < end:
@@ -319,9 +334,9 @@ def test_an_interrupt_stops_them_all(tmp_path):
                             text=True)
     try:
         end = time.monotonic() + 90
-        while len(_ranks_of(run_id)) < 2 and time.monotonic() < end:   # the ranks started
+        while len(_rank_processes(run_id)) < 2 and time.monotonic() < end:  # ranks started
             time.sleep(0.5)
-        assert len(_ranks_of(run_id)) >= 2
+        assert len(_rank_processes(run_id)) == 2
         proc.send_signal(signal.SIGINT)          # Ctrl-C, or a notebook's interrupt
         _, err = proc.communicate(timeout=60)
     finally:
