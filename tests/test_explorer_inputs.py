@@ -546,6 +546,21 @@ def test_probe_repeats_only_short_calls(monkeypatch):
     assert found.text.startswith("one call measured at")
 
 
+def test_calibration_does_not_take_a_delay_that_begins_at_one_size(monkeypatch):
+    """GEMM that costs 1 ns per n ** 3 (a 64 x 64 call takes 0.26 ms), with 20 ms more a
+    call from n = 64 on: the jump at 64 is far past the work's growth (8 times), so the
+    calibration goes on to a size whose time grew with the work, not stopping at the delay."""
+    sizes = []
+
+    def fake(experiment, op, name, n, dtype, device):
+        sizes.append(n)
+        return lambda: time.sleep(1e-9 * n ** 3 + (0.02 if n >= 64 else 0.0))
+
+    monkeypatch.setattr(tpb, "make_call", fake)
+    cal = tpb.calibrate("gemm", "gemm", "torch", "float32", "cpu", 1024)
+    assert cal.size > 64 and max(sizes) == cal.size, (cal, sizes)
+
+
 def test_calibration_ignores_a_fixed_delay(monkeypatch):
     """A call that takes 5 ms whatever its size (another library's threads holding the cores)
     does not stop the calibration early: it grows to the sweep's smallest size."""

@@ -45,8 +45,11 @@ SAFETY_NEXT = 1.25
 CALIBRATION_TARGET_S = {"gemm": 1e-3, "elementwise": 2e-4}
 #: Calibration sizes: (first, growth factor, largest).
 CALIBRATION_SIZES = {"gemm": (16, 2, 1024), "elementwise": (4096, 4, 1 << 20)}
-#: A calibration size counts once its time grew at least this much from the size before.
+#: A calibration size counts once its time grew at least MIN_GROWTH times from the size before,
+#: and at most MAX_GROWTH times as fast as the work (n ** 3 for GEMM, n elementwise) did: a
+#: jump far beyond the work is a delay that began at that size, not the operation's cost.
 MIN_GROWTH = {"gemm": 2.0, "elementwise": 1.5}
+MAX_GROWTH = 8.0
 #: Drawing and converting operands costs this many times the measured time to draw them.
 SETUP_FACTOR = 1.5
 
@@ -149,19 +152,22 @@ def calibrate(experiment: str, op: str, name: str, dtype: str, device: str,
     synchronised), growing its size from :data:`CALIBRATION_SIZES` until a call takes
     :data:`CALIBRATION_TARGET_S` and its time grew with the work (by :data:`MIN_GROWTH` from
     the size before: a fixed delay, such as another library's threads still spinning on the
-    cores, does not), or the size reaches ``largest`` (the sweep's smallest size). Each size
-    is called once untimed, then three times; the fastest call counts."""
+    cores, does not; and by at most :data:`MAX_GROWTH` times the work's growth: a delay that
+    begins at one size does not), or the size reaches ``largest`` (the sweep's smallest
+    size). Each size is called once untimed, then three times; the fastest call counts."""
     first, growth, cap = CALIBRATION_SIZES[experiment]
-    size, before = min(first, largest), None
+    power = 3 if experiment == "gemm" else 1  # the work grows as size ** power
+    size, before, before_size = min(first, largest), None, None
     while True:
         call = make_call(experiment, op, name, size, dtype, device)
         call()
         seconds = min(_time_once(call, device) for _ in range(3))
         del call
-        grew = before is not None and seconds >= MIN_GROWTH[experiment] * before
+        grew = (before is not None and MIN_GROWTH[experiment] * before <= seconds
+                <= MAX_GROWTH * (size / before_size) ** power * before)
         if (seconds >= CALIBRATION_TARGET_S[experiment] and grew) or size >= min(cap, largest):
             break
-        size, before = min(size * growth, cap, largest), seconds
+        size, before, before_size = min(size * growth, cap, largest), seconds, size
     what = (f"a {size} x {size} {dtype} calibration GEMM" if experiment == "gemm"
             else f"a {size:,}-element {dtype} calibration {op}")
     return Calibration(size, seconds, what)
