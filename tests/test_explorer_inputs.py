@@ -538,6 +538,15 @@ def test_probe_does_not_take_a_delay_that_begins_at_one_step_for_the_work(monkey
     assert 1.0 <= conv_budget.probe(full, "reference", "cpu").seconds <= 2.0 * 1.01
 
 
+def test_probe_measures_a_layer_whole_when_no_step_reaches_the_target(monkeypatch):
+    """A layer whose full call takes 5 ms: no reduced step reaches PROBE_TARGET_S, so the
+    probe ends at the full layer and reports that one call, not a scaled estimate."""
+    full, count = _fake_calls(monkeypatch, lambda u, i: 0.005 * u)
+    found = conv_budget.probe(full, "reference", "cpu")
+    assert found.text == "one call measured at 0.005 s" and found.seconds == 0.005
+    assert count[-1] == full
+
+
 def test_probe_repeats_only_short_calls(monkeypatch):
     """A call of at least REPEAT_BELOW_S is not repeated (the delay hardly matters there)."""
     full, count = _fake_calls(monkeypatch, lambda u, i: 2 * conv_budget.REPEAT_BELOW_S)
