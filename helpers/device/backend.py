@@ -9,7 +9,8 @@ imported anywhere in the workbook, and records it in :data:`MODE`:
   (``NUMBA_ENABLE_CUDASIM=1``), a Python interpreter of the kernel that checks correctness on
   tiny shapes; everything else (NumPy, torch) runs on the CPU. Simulator timings mean nothing.
 
-A ``NUMBA_ENABLE_CUDASIM`` set by the user first is respected (see :func:`_decide`).
+A ``NUMBA_ENABLE_CUDASIM`` set by the user first is respected (see :func:`_decide`). Importing
+it also installs the numpy 2.5 fix for numba-cuda (:mod:`helpers.device.numpy_compat`).
 :func:`describe` returns a readable report, :func:`info` the same as a :class:`BackendInfo`;
 peak FP32 and tensor-core FLOP/s and memory bandwidth come from :data:`KNOWN_GPUS` (datasheets).
 """
@@ -27,7 +28,10 @@ import platform
 import sys
 import warnings
 
-from helpers.device import host
+from helpers.device import host, numpy_compat
+
+# numba-cuda 0.30 cannot compile a kernel under numpy 2.5 without it; inert on older numpy.
+numpy_compat.install()
 
 __all__ = ["KNOWN_GPUS", "MODE", "MODE_REASON", "BackendInfo", "BackendWarning", "GpuSpec",
            "describe", "in_colab", "info", "lookup_gpu", "timings_meaningful"]
