@@ -30,8 +30,7 @@ import warnings
 
 from helpers.device import host, numpy_compat
 
-# numba-cuda 0.30 cannot compile a kernel under numpy 2.5 without it; inert on older numpy.
-numpy_compat.install()
+numpy_compat.install()  # before numba.cuda loads: numba-cuda 0.30 under numpy 2.5 (inert below)
 
 __all__ = ["KNOWN_GPUS", "MODE", "MODE_REASON", "BackendInfo", "BackendWarning", "GpuSpec",
            "describe", "in_colab", "info", "lookup_gpu", "timings_meaningful"]

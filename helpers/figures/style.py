@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from helpers.device import backend
+from helpers.figures import colab_renderer
 
 #: One colour per backend or strategy, kept across the whole workbook (colour-blind-safe
 #: Okabe-Ito palette).
@@ -44,10 +45,12 @@ def color_for(name: str) -> str:
 
 
 def setup_notebook() -> str:
-    """Choose the plotly renderer: Colab's where running in Colab, else the notebook mimetype
-    (rendered by JupyterLab) plus a light HTML fallback. Returns the renderer name."""
+    """Choose the plotly renderer: in Colab, :mod:`helpers.figures.colab_renderer`'s (each
+    figure waits for plotly.js, so it also draws inside a widget's output); elsewhere the notebook
+    mimetype (rendered by JupyterLab) plus a light HTML fallback. Returns the renderer name."""
     pio.templates.default = "plotly_white"
-    renderer = "colab" if backend.in_colab() else "plotly_mimetype+notebook_connected"
+    renderer = (colab_renderer.register() if backend.in_colab()
+                else "plotly_mimetype+notebook_connected")
     pio.renderers.default = renderer
     return renderer
 
