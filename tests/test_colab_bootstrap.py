@@ -295,3 +295,21 @@ def test_a_numba_cuda_installed_now_takes_over_numba_cuda(monkeypatch):
     assert any(type(f).__name__ == "NumbaCudaFinder" for f in sys.meta_path)
     monkeypatch.setitem(sys.modules, "numba.cuda", types.ModuleType("numba.cuda"))
     assert "Restart session" in cb.activate_numba_cuda()
+
+
+@pytest.mark.parametrize("numpy, installs", [
+    ("2.5.2", False),    # Colab's numpy 2.5 stays: helpers.device.numpy_compat covers it
+    ("2.4.6", False),
+    ("1.24.4", True),    # below the floor: upgraded, within the bound
+    (None, True),        # missing
+])
+def test_colab_numpy_is_kept_above_its_floor_and_installed_within_the_bound_below_it(
+        numpy, installs):
+    installed = {k: v for k, v in {**WARM_CU12, "numpy": numpy}.items() if v is not None}
+    commands, _ = plan((12, 4), installed)
+    args = [a for cmd in commands for a in cmd[4:]
+            if not a.startswith("-") and a != DIR and Requirement(a).name == "numpy"]
+    assert bool(args) == installs, commands
+    if installs:
+        assert Requirement(args[0]).specifier.contains("2.4.6")
+        assert not Requirement(args[0]).specifier.contains("2.5.0")

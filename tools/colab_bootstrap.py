@@ -24,22 +24,29 @@ from typing import NamedTuple
 try:
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
     from packaging.utils import canonicalize_name as _canonical
     from packaging.version import InvalidVersion
 except ImportError:  # a runtime without packaging still has pip's copy
     from pip._vendor.packaging.markers import default_environment
     from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.specifiers import SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name as _canonical
     from pip._vendor.packaging.version import InvalidVersion
 
-__all__ = ["KEEP", "NUMBA_CUDA", "TORCH_FLOOR", "GPU_HINT", "Plan", "plan", "driver_cuda_version",
-           "activate_numba_cuda", "installed_packages", "read_requirements", "bootstrap"]
+__all__ = ["KEEP", "FLOOR_ONLY", "NUMBA_CUDA", "TORCH_FLOOR", "GPU_HINT", "Plan", "plan",
+           "driver_cuda_version", "activate_numba_cuda", "installed_packages", "read_requirements", "bootstrap"]
 
 #: Never installed or upgraded in Colab, whatever version is there: torch and torchvision
 #: (built for Colab's driver), and Colab's own kernel and Jupyter packages. The notebooks do
 #: not import the last five (``make run``, ``make book`` and the tests do).
 KEEP = ("torch", "torchvision", "ipykernel", "jupyterlab", "nbclient", "nbconvert", "nbformat",
         "kaleido")
+#: Kept in Colab if installed at or above their floor: their upper bound in pyproject.toml is for
+#: the installs we make (numpy < 2.5 while numba-cuda needs it). A runtime's numpy is what its
+#: other packages were built against and is already imported; helpers.device.numpy_compat lets
+#: numba-cuda compile under numpy 2.5.
+FLOOR_ONLY = ("numpy",)
 #: The package whose extra follows the driver.
 NUMBA_CUDA = "numba-cuda"
 #: The oldest torch whose API the workbook's code relies on (pyproject.toml says why).
@@ -142,6 +149,12 @@ def plan(driver_cuda: tuple[int, int] | None, installed: dict[str, str], platfor
                 spec = _install_spec(req, (extra,) if extra else ())  # the driver's extra
                 wanted = [w for w in wanted if not w.startswith(NUMBA_CUDA)] + [spec]
             continue
+        if name in FLOOR_ONLY and have.get(name) is not None:
+            floor = Requirement(str(req))
+            floor.specifier = SpecifierSet(",".join(str(s) for s in req.specifier
+                                                    if s.operator in (">=", ">", "==", "~=")))
+            if _satisfies(floor, have[name]):
+                continue
         if not _satisfies(req, have.get(name)):
             wanted.append(_install_spec(req))
     commands = []
