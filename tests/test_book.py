@@ -155,3 +155,68 @@ def test_chart_figures_and_image_fallback_order(sources):
     adapted, _, _ = book.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
     html = adapted.cells[1].outputs[1]["data"]["text/html"]
     assert '<img alt="chart (static image)" src="01_widget/chart-1.svg"' in html
+
+
+def _math_notebook() -> nbformat.NotebookNode:
+    from helpers.notebook import SETUP_CELL, colab_badge
+
+    nb = new_notebook()
+    nb.cells = [
+        new_markdown_cell(f"{colab_badge('notebooks/05_x.ipynb')}\n\n# 05 · Math\n\n"
+                          "Inline $N \\times C$ and a price of 5 dollars.\n\n"
+                          "$$y = \\sum_{k} x_k \\cdot w_k \\qquad \\tfrac{1}{2}$$\n\n"
+                          "Code keeps `$HOME` and\n\n```bash\necho $PATH\n```"),
+        new_code_cell(SETUP_CELL),
+        new_code_cell("# NBVAL_IGNORE_OUTPUT\nx = 1\n# NBVAL_IGNORE_OUTPUT (round-off)\ny = 2\n"
+                      "print('# NBVAL_SKIP stays in a string')", execution_count=1)]
+    return nb
+
+
+def test_formulas_become_mathml_and_the_page_loads_nothing_from_the_web(tmp_path):
+    _write(tmp_path / "notebooks", "05_x.ipynb", _math_notebook())
+    lines: list[str] = []
+    (page,) = book.build_book(tmp_path / "book", tmp_path / "notebooks", tmp_path / "labs",
+                              images=False, log=lines.append)
+    body = (tmp_path / "book" / page.href).read_text()
+    assert body.count("<math ") == 2 and 'display="block"' in body and "<mfrac>" in body
+    assert 'alttext="N \\times C"' in body                   # the TeX stays, for copying
+    assert "$$" not in body and "$N" not in body and "\\qquad" not in body.replace(
+        'alttext="y = \\sum_{k} x_k \\cdot w_k \\qquad \\tfrac{1}{2}"', "")
+    assert "$HOME" in body and "$PATH" in body               # code is not math
+    assert "mathjax" not in body.lower() and "require.min.js" not in body
+    assert "colab-badge.svg" not in body and ">Open in Colab</a>" in body
+    assert not any("shown as TeX" in ln for ln in lines), lines
+
+
+def test_setup_cell_is_folded_and_nbval_markers_are_removed():
+    nb = book.fold_for_reading(_math_notebook())
+    setup = nb.cells[1]
+    assert setup.cell_type == "markdown" and setup.source.startswith("<details")
+    assert "```python\n# Setup: run this cell first" in setup.source
+    code = nb.cells[2].source
+    assert "NBVAL_IGNORE_OUTPUT" not in code and code.startswith("x = 1\ny = 2\n")
+    assert "'# NBVAL_SKIP stays in a string'" in code
+
+
+def test_a_formula_the_converter_cannot_read_is_shown_as_tex_and_reported(tmp_path):
+    nb = new_notebook()
+    nb.cells = [new_markdown_cell("# 05 · Bad\n\nBroken $\\frac{1}{$ here.")]
+    _write(tmp_path / "notebooks", "05_bad.ipynb", nb)
+    lines: list[str] = []
+    book.build_book(tmp_path / "book", tmp_path / "notebooks", tmp_path / "labs", images=False,
+                    log=lines.append)
+    body = (tmp_path / "book" / "notebooks" / "05_bad.html").read_text()
+    assert '<code class="book-tex">\\frac{1}{</code>' in body
+    assert any("1 formulas shown as TeX" in ln and "\\\\frac{1}{" in ln for ln in lines), lines
+    with pytest.raises(ValueError, match="frac"):
+        book.tex_to_mathml("\\frac{1}{")
+
+
+def test_every_formula_of_the_notebooks_converts(tmp_path):
+    lines: list[str] = []
+    pages = book.build_book(tmp_path / "book", ROOT / "notebooks", ROOT / "labs", images=False,
+                            log=lines.append, only=["05", "10", "11"])
+    assert len(pages) == 3
+    assert not [ln for ln in lines if "shown as TeX" in ln]
+    counts = [(tmp_path / "book" / p.href).read_text().count("<math ") for p in pages]
+    assert all(c > 10 for c in counts), counts

@@ -38,9 +38,9 @@ WIDGET_FAILURES = ("Error displaying widget", "Error rendering", "Model not foun
 #: What the notebooks fetch from the internet: the "Open in Colab" badge, and plotly.js for
 #: front ends that render the charts' HTML fallback instead of plotly's own mime type.
 EXTERNAL_HOSTS = {"colab.research.google.com", "cdn.plot.ly"}
-#: What a book page fetches from the internet: the badge, and nbconvert's page template's
-#: require.js and MathJax (for formulas). Its charts need none of them.
-BOOK_EXTERNAL_HOSTS = {"colab.research.google.com", "cdnjs.cloudflare.com", "cdn.jsdelivr.net"}
+#: What a book page fetches from the internet: nothing (its formulas are MathML, its charts use
+#: the book's plotly.js, and the Colab badge is a plain link).
+BOOK_EXTERNAL_HOSTS: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -364,3 +364,38 @@ def test_book_page_without_javascript_shows_static_images(browser, book_06):
         images.first.screenshot(path=str(SCREENSHOTS / "book_06_static.png"))
     finally:
         context.close()
+
+
+def test_book_page_draws_its_formulas_offline(browser, tmp_path):
+    """Notebook 05's page opened from its files with every web request refused: each formula is
+    MathML that the browser lays out (math display, a real size), and no TeX source is shown."""
+    require_browser()
+    (info,) = book.build_book(tmp_path, ROOT / "notebooks", ROOT / "labs", only=["05"],
+                              images=False)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        asked: list[str] = []
+        page.route(re.compile(r"^https?://"), lambda route: (asked.append(route.request.url),
+                                                             route.abort()))
+        page.goto((tmp_path / info.href).as_uri())
+        formulas = page.evaluate("""() => Array.from(document.querySelectorAll('math')).map(m => {
+            const box = m.getBoundingClientRect();
+            return {display: getComputedStyle(m).display, block: m.getAttribute('display'),
+                    width: box.width, height: box.height}; })""")
+        written = (tmp_path / info.href).read_text().count("<math ")
+        assert len(formulas) == written > 50
+        assert all(f["display"] == ("block math" if f["block"] == "block" else "math")
+                   for f in formulas), {f["display"] for f in formulas}
+        assert all(f["width"] > 0 and f["height"] > 0 for f in formulas)
+        prose = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.jp-RenderedMarkdown')).map(el => { const c = el.cloneNode(true);
+            c.querySelectorAll('code, pre, math').forEach(x => x.remove());
+            return c.textContent; }).join(' ')""")
+        assert "$" not in prose and "\\times" not in prose and "\\sum" not in prose
+        assert asked == []
+        block = page.locator("math[display='block']").first
+        block.scroll_into_view_if_needed()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        block.screenshot(path=str(SCREENSHOTS / "book_05_formula.png"))
+    finally:
+        page.close()

@@ -37,8 +37,11 @@ def _pip_list(environment) -> list[str]:
 
 
 def _declared(pyproject) -> list[str]:
-    return list(pyproject["project"]["dependencies"]) + list(
-        pyproject["dependency-groups"]["test"])
+    """The project's dependencies and those of every group uv installs by default."""
+    groups = pyproject["tool"]["uv"]["default-groups"]
+    assert set(groups) == set(pyproject["dependency-groups"]), "a group uv does not install"
+    return list(pyproject["project"]["dependencies"]) + [
+        r for g in groups for r in pyproject["dependency-groups"][g]]
 
 
 @pytest.mark.parametrize("spec, name", [

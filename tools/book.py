@@ -2,9 +2,12 @@
 
 Nothing is executed: each notebook in ``notebooks/`` and each lab in ``labs/`` (not the
 solutions) becomes one page through nbconvert's HTMLExporter; ``index.html`` lists them with the
-first sentence of each. Plotly charts are re-drawn from their JSON with a local plotly.js and a
-``<noscript>`` static image (the output's PNG, else an SVG from kaleido, else a note); widget
-outputs, which need a kernel, get a short note; links between notebooks point to the pages.
+first sentence of each. The pages need no network: formulas are turned from TeX into MathML when
+the book is built (browsers draw MathML themselves), plotly charts are re-drawn from their JSON
+with a local plotly.js and a ``<noscript>`` static image (the output's PNG, else an SVG from
+kaleido, else a note); widget outputs, which need a kernel, get a short note; links between
+notebooks point to the pages. What only a running notebook needs is folded away: the setup
+cell, the nbval markers, the Colab badge's image.
 
 Output: ``index.html``, ``plotly.min.js``, ``notebooks/NAME.html``, ``labs/NAME.html`` and the
 images ``notebooks/NAME/chart-N.svg``.
@@ -25,8 +28,8 @@ import shutil
 import sys
 import time
 
-__all__ = ["Page", "collect", "describe", "chart_figures", "adapt_outputs",
-           "write_static_images", "build_book", "main",
+__all__ = ["Page", "collect", "describe", "chart_figures", "adapt_outputs", "fold_for_reading",
+           "tex_to_mathml", "write_static_images", "build_book", "main",
            "PLOTLY_MIME", "WIDGET_MIME", "WIDGET_NOTE", "PLOTLY_JS"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -227,6 +230,90 @@ def adapt_outputs(nb, prefix: str = "chart",
     return nb, charts, widgets
 
 
+#: The first line of the setup cell every notebook starts with (helpers.notebook.SETUP_CELL).
+SETUP_FIRST_LINE = "# Setup: run this cell first"
+_SETUP_SUMMARY = ("Setup cell: run it first in JupyterLab or Colab (it finds, or in Colab fetches "
+                  "and installs, the workbook); nothing to read here")
+_NBVAL_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(\n|$)", flags=re.M)
+_COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]+)\)")
+
+
+def fold_for_reading(nb):
+    """A copy of ``nb`` without what only a running notebook needs: the setup cell folded into
+    a closed ``<details>`` (its stored outputs, none from a local run, are dropped), nbval
+    marker lines (``# NBVAL_...``) removed from code, and the "Open in Colab" badge's image (fetched
+    from the web) turned into a plain link."""
+    nb = copy.deepcopy(nb)
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            cell.source = _COLAB_BADGE.sub(r"[Open in Colab](\1)", cell.source)
+        elif cell.cell_type == "code" and cell.source.startswith(SETUP_FIRST_LINE):
+            import nbformat
+
+            nb.cells[k] = nbformat.v4.new_markdown_cell(
+                f'<details class="book-setup"><summary>{html.escape(_SETUP_SUMMARY)}</summary>'
+                f"\n\n```python\n{cell.source}\n```\n\n</details>")
+        elif cell.cell_type == "code":
+            cell.source = _NBVAL_LINE.sub("", cell.source)
+    return nb
+
+
+def tex_to_mathml(tex: str, display: str = "inline") -> str:
+    """``tex`` (the body of a ``$...$`` or ``$$...$$``) as a MathML ``<math>`` element, with
+    the TeX kept in its ``alttext``; ``display`` is ``"inline"`` or ``"block"``.
+
+    Raises:
+        ValueError: the converter (latex2mathml) cannot read ``tex``.
+    """
+    from latex2mathml.converter import convert
+
+    try:
+        mathml = convert(tex, display=display)
+    except Exception as exc:  # noqa: BLE001 - the converter raises many kinds
+        raise ValueError(f"cannot convert the formula {tex!r}: {exc}") from exc
+    alt = html.escape(" ".join(tex.split()), quote=True)
+    return mathml.replace("<math ", f'<math alttext="{alt}" ', 1)
+
+
+def _exporter(failures: list[str]):
+    """nbconvert's HTMLExporter, with markdown math rendered as MathML by :func:`tex_to_mathml`;
+    a formula it cannot convert is shown as its TeX in ``<code>`` and added to ``failures``."""
+    from jinja2 import pass_context
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    def math(tex: str, display: str) -> str:
+        try:
+            return tex_to_mathml(tex, display)
+        except ValueError as exc:
+            failures.append(str(exc))
+            return f'<code class="book-tex">{html.escape(tex)}</code>'
+
+    class MathMLRenderer(IPythonRenderer):
+        def block_math(self, body: str) -> str:
+            return math(body, "block")
+
+        def inline_math(self, body: str) -> str:
+            return math(body, "inline")
+
+        def latex_environment(self, name: str, body: str) -> str:
+            return math(f"\\begin{{{name}}}{body}\\end{{{name}}}", "block")
+
+    class BookExporter(HTMLExporter):
+        @pass_context
+        def markdown2html(self, context, source):
+            cell = context.get("cell", {})
+            path = context.get("resources", {}).get("metadata", {}).get("path", "")
+            renderer = MathMLRenderer(escape=False, attachments=cell.get("attachments", {}),
+                                      embed_images=self.embed_images, path=path,
+                                      anchor_link_text=self.anchor_link_text,
+                                      exclude_anchor_links=self.exclude_anchor_links,
+                                      **self.lexer_options)
+            return MarkdownWithMath(renderer=renderer).render(source)
+
+    return BookExporter()
+
+
 def write_static_images(figures: list[dict], paths: list[pathlib.Path]) -> str | None:
     """Draw each figure as an SVG file with plotly's static export (kaleido).
 
@@ -261,7 +348,14 @@ _STYLE = """<style>
 .book-note { border-left: 4px solid #999; background: #f5f5f5; padding: 0.5em 0.8em; color: #333;
              font-style: italic; }
 .book-nav { font-family: sans-serif; padding: 0.6em 1em; border-bottom: 1px solid #ddd; }
+.book-setup { margin: 0.5em 0; color: #555; } .book-setup summary { cursor: pointer; }
+math[display="block"] { margin: 0.6em 0; }
 </style>"""
+#: What nbconvert's page template loads from the web and the book does without: MathJax (the
+#: formulas are MathML) and require.js (no output of the book needs it).
+_WEB_SCRIPTS = (re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->",
+                           flags=re.S),
+                re.compile(r'<script src="https://[^"]*/require(\.min)?\.js"></script>'))
 
 
 def _fix_links(body: str, targets: dict[str, str], depth_prefix: str) -> str:
@@ -277,12 +371,16 @@ def _fix_links(body: str, targets: dict[str, str], depth_prefix: str) -> str:
     return re.sub(r'href="([^"#]+\.ipynb)(#[^"]*)?"', repl, body)
 
 
-def _render(nb, title: str, plotly: bool, nav: str) -> str:
-    from nbconvert import HTMLExporter
-
-    body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": title}})
+def _render(nb, title: str, plotly: bool, nav: str, failures: list[str] | None = None) -> str:
+    """The page of ``nb`` (already adapted): nbconvert's, with math as MathML, no MathJax or
+    require.js, plotly.js from the book's folder when ``plotly``, and ``nav`` on top. Formulas
+    that could not be converted are added to ``failures``."""
+    body, _ = _exporter(failures if failures is not None else []).from_notebook_node(
+        nb, resources={"metadata": {"name": title}})
+    for pattern in _WEB_SCRIPTS:
+        body = pattern.sub("", body, count=1)
     head = _STYLE
-    if plotly:   # before require.js, so plotly.js defines window.Plotly as a plain script
+    if plotly:
         head = f'<script charset="utf-8" src="../{PLOTLY_JS}"></script>\n' + head
     body = re.sub(r"(<head[^>]*>)", lambda m: m.group(1) + "\n" + head, body, count=1)
     body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + "\n" + nav, body, count=1)
@@ -363,12 +461,15 @@ def build_book(out: pathlib.Path, notebooks_dir: pathlib.Path = ROOT / "notebook
     pages = []
     for (section, path), nb, urls in zip(sources, notebooks, image_urls):
         title, summary = describe(nb, path.stem)
-        adapted, charts, widgets = adapt_outputs(nb, images=urls)
+        adapted, charts, widgets = adapt_outputs(fold_for_reading(nb), images=urls)
         page = Page(section, path, targets[path.name], title, summary, charts, widgets,
                     len(urls))
         nav = (f'<nav class="book-nav"><a href="../index.html">&larr; contents</a> &middot; '
                f'{html.escape(title)}</nav>')
-        body = _fix_links(_render(adapted, title, charts > 0, nav), targets, "../")
+        failures: list[str] = []
+        body = _fix_links(_render(adapted, title, charts > 0, nav, failures), targets, "../")
+        if failures and log:
+            log(f"{page.href}: {len(failures)} formulas shown as TeX: {failures[0]}")
         target = out / page.href
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(body, encoding="utf-8")
