@@ -10,11 +10,12 @@ PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
 
-.PHONY: help env lab test test-gpu test-fast gpu-reference run outputs book readme-picture clean
+.PHONY: help env lab test test-pythons test-gpu test-fast gpu-reference run outputs book readme-picture clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
+	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
 	@echo "make gpu-reference  on an NVIDIA GPU: record every GPU reference into results/ (about 20 min)"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
@@ -40,6 +41,13 @@ lab: env
 
 test: env
 	$(PY) -m pytest
+
+# The tests that depend on the Python and numpy a learner has (tools/test_pythons.py): the tests
+# marked each_python and notebooks 03 and 07 on Python 3.12 and 3.13 where this machine has them
+# (.venv-py3.12, .venv-py3.13, from uv.lock), then a bare GPU server's combination (Python 3.12,
+# numpy 2.5, numba-cuda 0.30.4, torch; no plotly or Jupyter) in .venv-gpu-server.
+test-pythons: env
+	UV=$(UV) $(PY) -m tools.test_pythons $(ARGS)
 
 # On a GPU machine: the same suite with the kernels on the GPU (NUMBA_ENABLE_CUDASIM=0), so the
 # tests marked gpu run instead of being skipped. Notebooks and solutions are executed top to bottom

@@ -453,6 +453,7 @@ def relu_max_with_an_int(x, out):
         out[i] = max(x[i], 0)  # float32 with an int: computed as float64
 
 
+@pytest.mark.each_python
 def test_saxpy_with_a_float64_accumulator_fails_naming_the_fix():
     report = lab1.check_saxpy(saxpy_float64_accumulator)
     assert not report.passed and report.status == "failed"
@@ -460,11 +461,13 @@ def test_saxpy_with_a_float64_accumulator_fails_naming_the_fix():
     assert "acc += a * x[i]" in report.message  # the line the FP64 instructions come from
 
 
+@pytest.mark.each_python
 def test_relu_computing_in_float64_fails_with_the_line():
     report = lab1.check_relu(relu_max_with_an_int)
     assert not report.passed
     assert "max(x[i], 0)" in report.message and "float32(0.0)" in report.message
 
 
+@pytest.mark.each_python
 def test_solutions_still_pass_with_the_compiler_check():
     assert lab1.check_saxpy(saxpy_kernel).passed

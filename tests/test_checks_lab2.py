@@ -530,12 +530,14 @@ def gemm_tiled_shared_sized_by_the_block(a, b, c):
         c[i, j] = acc
 
 
+@pytest.mark.each_python
 def test_naive_with_a_float64_accumulator_fails_naming_the_fix():
     report = check_gemm_naive(gemm_naive_float64_accumulator)
     assert not report.passed and report.status == "failed"
     assert "acc = float32(0.0)" in report.message and "acc += a[i, k] * b[k, j]" in report.message
 
 
+@pytest.mark.each_python
 def test_tiled_with_a_run_time_shared_size_fails_as_not_compiling():
     report = check_gemm_tiled(gemm_tiled_shared_sized_by_the_block, TILE)
     assert not report.passed and report.status == "failed"

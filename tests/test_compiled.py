@@ -21,6 +21,8 @@ from helpers.checks import lab1, lab2
 from helpers.experiments import kernel_resources, memory_access
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.each_python
+
 F1, F2, F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
 
 #: Argument types of the lab solutions' kernels, as the labs launch them.

@@ -61,6 +61,7 @@ def _summary(out: pathlib.Path) -> results.Dataset:
     return results.load(json_path.stem, out)
 
 
+@pytest.mark.each_python
 def test_dry_run_runs_every_part(dry_run):
     proc, out, _, seconds = dry_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -81,11 +82,13 @@ def test_dry_run_runs_every_part(dry_run):
     assert seconds < 600
 
 
+@pytest.mark.each_python
 def test_dry_run_writes_nothing_to_results(dry_run):
     _, _, before, _ = dry_run
     assert _results_snapshot() == before
 
 
+@pytest.mark.each_python
 def test_dry_run_prints_the_summary_and_headline(dry_run):
     proc, out, _, _ = dry_run
     text = proc.stdout
@@ -99,6 +102,7 @@ def test_dry_run_prints_the_summary_and_headline(dry_run):
         assert line["fastest_ms"] > 0
 
 
+@pytest.mark.each_python
 def test_dry_run_archive_holds_every_file_under_the_limit(dry_run):
     _, out, _, _ = dry_run
     (archive,) = out.glob(f"{ref.PREFIX}*.tar.gz")

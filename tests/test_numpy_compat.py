@@ -22,6 +22,8 @@ import pytest
 
 from helpers.device import numpy_compat
 
+pytestmark = pytest.mark.each_python
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("WORKBOOK_NUMPY25_PYTHON") or sys.executable
 

@@ -1,4 +1,5 @@
-"""Charts (plotly): :mod:`~helpers.figures.style` and one module per notebook (``nbNN_*``).
+"""Charts (plotly): :mod:`~helpers.figures.style`, one module per notebook (``nbNN_*``), and
+:mod:`~helpers.figures.colab_renderer` (how Colab draws them).
 
 Only the notebooks, :mod:`helpers.widgets` and :mod:`helpers.notebook` import these modules.
 """
