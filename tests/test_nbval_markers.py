@@ -30,7 +30,8 @@ def test_every_nbval_comment_is_a_marker_nbval_reads(path):
     nb = nbformat.read(path, as_version=4)
     bad = [(k, line) for k, cell in enumerate(nb.cells) if cell.cell_type == "code"
            for line in unread_markers(cell.source)]
-    assert not bad, f"cells whose nbval comment is not a marker (put the reason on its own line): {bad}"
+    assert not bad, ("cells whose nbval comment is not a marker (put the reason on a line of its "
+                     f"own): {bad}")
 
 
 @pytest.mark.parametrize("source, bad", [

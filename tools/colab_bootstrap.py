@@ -35,7 +35,8 @@ except ImportError:  # a runtime without packaging still has pip's copy
     from pip._vendor.packaging.version import InvalidVersion
 
 __all__ = ["KEEP", "FLOOR_ONLY", "NUMBA_CUDA", "TORCH_FLOOR", "GPU_HINT", "Plan", "plan",
-           "driver_cuda_version", "activate_numba_cuda", "installed_packages", "read_requirements", "bootstrap"]
+           "driver_cuda_version", "activate_numba_cuda", "installed_packages",
+           "read_requirements", "bootstrap"]
 
 #: Never installed or upgraded in Colab, whatever version is there: torch and torchvision
 #: (built for Colab's driver), and Colab's own kernel and Jupyter packages. The notebooks do
