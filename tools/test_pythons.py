@@ -52,6 +52,7 @@ for name in sources:
 loaded = sorted(m for m in forbidden if m in sys.modules)
 assert not loaded, f"the compute layers imported {loaded}"
 import numpy
+assert not hasattr(numpy, "row_stack"), f"numpy {numpy.__version__} is not the 2.5 of a server"
 print(f"{len(names)} compute-layer modules imported with numpy {numpy.__version__}, "
       f"none of {', '.join(forbidden)}")
 """
@@ -164,6 +165,9 @@ def gpu_server(steps: Steps, python: str) -> None:
     if steps.run("GPU server: its other packages (torchvision, psutil, tqdm, ...)",
                  [uv(), "pip", "install", "--quiet", "--python", py, *SERVER_EXTRAS,
                   f"torchvision=={locked_version('torchvision')}", torch]):
+        steps.run("GPU server: numpy is still 2.5 beside them",
+                  [py, "-c", "import numpy as np; assert not hasattr(np, 'row_stack'), "
+                             "np.__version__; print('numpy', np.__version__)"])
         out = ROOT / "build" / "gpu-server-dry-run"
         shutil.rmtree(out, ignore_errors=True)
         steps.run("GPU server: the GPU recording's dry run",
