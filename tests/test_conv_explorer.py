@@ -1,7 +1,9 @@
 """helpers.widgets.ConvExplorer driven from Python: sliders, checkboxes and the device.
 
-Every change re-measures; the layers here are small (a few MFLOP) and the timing short, so an
-update takes a fraction of a second on a 2-core CPU. A widget must never raise: an invalid
+Every change re-measures, in the explorer's measuring process; the layers here are small (a
+few MFLOP) and the timing short. What depends on time (a strategy that does not finish, the
+update's budget, a slider moved while measuring) is tested with a planted worker
+(tests/planted.py), never against this machine's speed. A widget must never raise: an invalid
 layer shows a message instead, and a strategy that cannot run is listed with its reason.
 """
 
@@ -10,17 +12,17 @@ from __future__ import annotations
 import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda is imported)
 import plotly.graph_objects as go
 import pytest
+from planted import PlantedWorker
 
 from helpers.device import backend
-from helpers.experiments import sweep
 from helpers import widgets
 from helpers.conv import STRATEGIES, config_for
 from helpers.figures import style
+from helpers.widgets import conv_explorer
 
-# budget_s: every strategy's pessimistic bound at this layer fits, so none depends on a timed
-# probe (on a loaded machine a probe call can wait for a core; the budgets have their own tests)
+# budget_s: generous, so that a loaded machine never stops one of these real measurements
 SMALL = dict(b=1, i=16, f=8, k=3, s=1, c=3, padding=0, device="cpu", min_run_time=0.005,
-             budget_s=30.0)
+             budget_s=60.0, update_budget_s=600.0)
 CPU_STRATEGIES = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]
 
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",
@@ -67,7 +69,12 @@ def test_measures_every_ticked_strategy_on_construction(explorer):
     bar = runtime.data[0]
     assert list(bar.x) == CPU_STRATEGIES
     assert list(bar.y) == [r["median_ms"] for r in explorer.rows]
-    assert list(bar.error_y.array) == pytest.approx([r["iqr_ms"] / 2 for r in explorer.rows])
+    # the error bar runs from the first to the third quartile, never below zero
+    for r, up, down in zip(explorer.rows, bar.error_y.array, bar.error_y.arrayminus):
+        assert 0 < r["q1_ms"] <= r["median_ms"] <= r["q3_ms"]
+        assert r["median_ms"] + up == pytest.approx(r["q3_ms"])
+        assert r["median_ms"] - down == pytest.approx(r["q1_ms"])
+    assert bar.error_y.symmetric is False
     assert list(bar.marker.color) == [style.color_for(n) for n in CPU_STRATEGIES]
     assert "(ms)" in runtime.layout.yaxis.title.text
     assert where in runtime.layout.title.text
@@ -120,19 +127,15 @@ def test_moving_a_slider_remeasures(fast_explorer):
     assert "forward:" in ex.runtime_chart.figure.layout.title.text
 
 
-def test_set_changes_several_sliders_and_measures_once(fast_explorer, monkeypatch):
-    ex = fast_explorer
-    calls = []
-    real = sweep.measure
-
-    def counting(cfg, name, *args, **kwargs):
-        calls.append((cfg.h, cfg.r, name))
-        return real(cfg, name, *args, **kwargs)
-
-    monkeypatch.setattr(sweep, "measure", counting)
+def test_set_changes_several_sliders_and_measures_once():
+    planted = PlantedWorker()
+    ex = widgets.ConvExplorer(use_figurewidget=False, strategies=["im2col-gemm", "reference"],
+                              worker=planted, **SMALL)
+    planted.calls.clear()
     ex.set(i=20, k=5)
-    assert calls == [(20, 5, "reference"), (20, 5, "im2col-gemm")]  # the library first
+    assert [key for key, _ in planted.calls] == ["reference", "im2col-gemm"]  # the library first
     assert [r["strategy"] for r in ex.rows] == ["im2col-gemm", "reference"]  # drawn in order
+    assert "(1, 20, 8, 5, 1)" in ex.runtime_chart.figure.layout.title.text
     with pytest.raises(ValueError, match="unknown sliders"):
         ex.set(kernel=3)
 
@@ -168,17 +171,77 @@ def test_a_strategy_that_cannot_run_is_listed_with_its_reason(fast_explorer):
     assert "no cpu implementation" in ex.notes.value
 
 
-def test_a_layer_over_the_time_budget_is_refused_with_the_estimate(fast_explorer):
+def test_a_layer_too_large_for_memory_is_refused_with_the_estimate(fast_explorer):
     ex = fast_explorer
     ex.set(b=128, i=256, f=256, c=64, k=15)
     assert _shows_charts(ex)
     assert all(r["status"].startswith("refused") for r in ex.rows)
-    assert "im2col-gemm: refused" in ex.message_text
-    assert "budget" in ex.message_text and "GFLOP" in ex.message_text
+    assert "im2col-gemm: refused: needs about" in ex.message_text and "MiB" in ex.message_text
     # nothing to draw: the charts say so instead of showing empty axes
     for chart in (ex.runtime_chart, ex.memory_chart):
         assert len(chart.figure.data) == 0
         assert "Nothing measured" in chart.figure.layout.annotations[0].text
+
+
+def test_a_strategy_that_does_not_finish_is_stopped_and_the_others_drawn():
+    # planted: direct-naive takes 5 s, over the 2 s budget; nothing is forecast
+    planted = PlantedWorker(seconds={"direct-naive": 5.0, "im2col-gemm": 0.5, "fft": 0.5})
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=planted,
+                              **{**SMALL, "budget_s": 2.0, "update_budget_s": 10.0})
+    assert [r["strategy"] for r in ex.rows] == CPU_STRATEGIES
+    status = {r["strategy"]: r["status"] for r in ex.rows}
+    assert status["direct-naive"] == "did not finish in 2 s (its budget): stopped"
+    others = [n for n in CPU_STRATEGIES if n != "direct-naive"]
+    assert all(status[n] == "ok" for n in others)
+    assert list(_bars(ex.runtime_chart)) == others
+    assert "direct-naive: did not finish in 2 s" in ex.message_text
+    # every strategy was given the whole per-strategy budget, none was refused before running
+    assert all(timeout == 2.0 for _, timeout in planted.calls)
+
+
+def test_the_update_budget_is_shared_by_what_was_measured():
+    # reference 0.01 + direct-naive 2.5 + im2col-gemm 2.5 = 5.01 s of a 6 s update: fft gets
+    # what is left (0.99 s) and, planted at 1.5 s, does not finish in it
+    planted = PlantedWorker(seconds={"direct-naive": 2.5, "im2col-gemm": 2.5, "fft": 1.5})
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=planted, measure=False,
+                              **{**SMALL, "budget_s": 3.0, "update_budget_s": 6.0})
+    planted.calls.clear()
+    ex.update()
+    timeouts = dict(planted.calls)
+    assert timeouts["reference"] == timeouts["direct-naive"] == timeouts["im2col-gemm"] == 3.0
+    assert timeouts["fft"] == pytest.approx(6.0 - 5.01)
+    status = {r["strategy"]: r["status"] for r in ex.rows}
+    assert status["fft"].startswith("did not finish in 0.99 s (what was left of this update's 6 s)")
+    assert status["im2col-gemm"] == "ok"
+
+
+def test_moving_a_slider_while_measuring_stops_the_measurement_in_progress():
+    planted = PlantedWorker(blocking={"direct-naive"})
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=planted, measure=False,
+                              background=True, strategies=["direct-naive", "reference"],
+                              **SMALL)
+    ex.k.value = 5  # measures in a thread: the callback returns while direct-naive runs
+    assert planted.started.wait(timeout=60)
+    assert "measuring direct-naive" in ex.status.value
+    planted.blocking.clear()
+    ex.k.value = 7  # moves again: the measurement of k = 5 is stopped, k = 7 is measured
+    assert ex.wait(timeout=60)
+    assert planted.stopped == ["direct-naive"]
+    assert "(1, 16, 8, 7, 1)" in ex.runtime_chart.figure.layout.title.text
+    assert [r["status"] for r in ex.rows] == ["ok", "ok"]
+    assert [key for key, _ in planted.calls] == ["reference", "direct-naive",
+                                                 "reference", "direct-naive"]
+
+
+def test_the_first_update_measures_twice_and_keeps_the_second(monkeypatch):
+    passes = []
+    real = conv_explorer._Plan
+    monkeypatch.setattr(conv_explorer, "_Plan",
+                        lambda *a, **k: passes.append(k.get("passes")) or real(*a, **k))
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=PlantedWorker(),
+                              strategies=["reference"], **SMALL)
+    ex.set(i=20)
+    assert passes == [2, 1]
 
 
 @simulator_only
@@ -207,32 +270,24 @@ def test_unticking_a_strategy_removes_it(fast_explorer):
     assert "at least one strategy" in ex.message_text
 
 
-def test_unexpected_error_shows_a_message(fast_explorer, monkeypatch):
-    ex = fast_explorer
+def test_a_strategy_that_fails_is_listed_and_escaped():
+    planted = PlantedWorker(errors={"reference": "RuntimeError: <b>device on fire</b>"})
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=planted,
+                              strategies=["im2col-gemm", "reference"], **SMALL)
+    assert "reference: failed: RuntimeError: <b>device on fire</b>" in ex.message_text
+    assert "<b>" not in ex.notes.value and "&lt;b&gt;device on fire" in ex.notes.value
+    assert list(_bars(ex.runtime_chart)) == ["im2col-gemm"]
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("device on fire")
 
-    monkeypatch.setattr(sweep, "measure", broken)
-    ex.f.value = 6  # must not raise
+def test_unexpected_error_shows_a_message():
+    class Broken(PlantedWorker):
+        def run(self, *args, **kwargs):
+            raise RuntimeError("device on fire")
+
+    ex = widgets.ConvExplorer(use_figurewidget=False, worker=Broken(),
+                              strategies=["reference"], **SMALL)  # must not raise
     assert _shows_message(ex)
     assert "RuntimeError" in ex.message_text and "device on fire" in ex.message_text
-    monkeypatch.undo()
-    ex.f.value = 8
-    assert _shows_charts(ex)
-
-
-def test_message_text_is_escaped(fast_explorer, monkeypatch):
-    ex = fast_explorer
-    real = sweep.measure
-
-    def refuse(cfg, name, device, **kwargs):
-        return {**real(cfg, name, device, **kwargs), "status": "<b>no</b>"}
-
-    monkeypatch.setattr(sweep, "measure", refuse)
-    ex.c.value = 2
-    assert "reference: <b>no</b>" in ex.message_text
-    assert "<b>" not in ex.notes.value and "&lt;b&gt;no&lt;/b&gt;" in ex.notes.value
 
 
 def test_figurewidget_mode_shows_the_bars():
@@ -251,3 +306,5 @@ def test_bad_constructor_arguments_raise():
         widgets.ConvExplorer(device="tpu", measure=False, use_figurewidget=False)
     with pytest.raises(ValueError, match="kernel size k"):
         widgets.ConvExplorer(k=99, measure=False, use_figurewidget=False)
+    with pytest.raises(TypeError, match="worker"):
+        widgets.ConvExplorer(worker="fast", measure=False, use_figurewidget=False)

@@ -1,5 +1,5 @@
 """The explorers and helpers.occupancy refuse bad arguments by name, fast, and leave them as
-they were; and an explorer's update stays within its time budget whatever the settings.
+they were; and an explorer stops what does not finish in its time, without forecasting it.
 
 Property tests feed wrong types and values (None, strings, floats for integers, bools,
 negative and huge integers, lists, NumPy arrays, NaN) to every constructor argument and to the
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planted import PlantedWorker
 
 from helpers import occupancy as occ
 from helpers import widgets
@@ -27,7 +28,6 @@ from helpers.conv import STRATEGIES, config_for
 from helpers.experiments import sweep
 from helpers.experiments import throughput as tp
 from helpers.experiments import throughput_budget as tpb
-from helpers.widgets import conv_budget
 
 FAST = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -196,32 +196,22 @@ def test_conv_explorer_none_channels_names_the_parameter():
 @given(data=st.data())
 def test_bad_arguments_with_measurement_on_measure_nothing(data):
     """measure=True and tiny settings: a bad argument is refused before any measurement."""
-    calls = []
-
-    def counting(real):
-        def wrapped(*args, **kwargs):
-            calls.append(real.__name__)
-            return real(*args, **kwargs)
-        return wrapped
-
-    with pytest.MonkeyPatch.context() as mp:
-        for module, attr in ((tp, "gemm_sweep"), (tp, "elementwise_sweep"), (sweep, "measure")):
-            mp.setattr(module, attr, counting(getattr(module, attr)))
-        if data.draw(st.booleans(), label="conv"):
-            name = data.draw(st.sampled_from(["b", "k", "strategies", "budget_s", "backward"]))
-            bad = data.draw(CONV_BAD[name], label=name)
-            args = dict(b=1, i=8, f=2, k=3, c=1, device="cpu", strategies=["reference"],
-                        min_run_time=0.005, use_figurewidget=False)
-            args[name] = bad
-            assert_refused(lambda: widgets.ConvExplorer(**args), name, bad)
-        else:
-            name = data.draw(st.sampled_from(["size_range", "point_budget_s", "dtype"]))
-            bad = data.draw(THROUGHPUT_BAD[name], label=name)
-            args = dict(op="gemm", size_range=(8, 16), min_run_time=0.005,
-                        use_figurewidget=False)
-            args[name] = bad
-            assert_refused(lambda: widgets.ThroughputExplorer(**args), name, bad)
-    assert calls == []
+    planted = PlantedWorker()
+    if data.draw(st.booleans(), label="conv"):
+        name = data.draw(st.sampled_from(["b", "k", "strategies", "budget_s", "backward"]))
+        bad = data.draw(CONV_BAD[name], label=name)
+        args = dict(b=1, i=8, f=2, k=3, c=1, device="cpu", strategies=["reference"],
+                    min_run_time=0.005, use_figurewidget=False, worker=planted)
+        args[name] = bad
+        assert_refused(lambda: widgets.ConvExplorer(**args), name, bad)
+    else:
+        name = data.draw(st.sampled_from(["size_range", "point_budget_s", "dtype"]))
+        bad = data.draw(THROUGHPUT_BAD[name], label=name)
+        args = dict(op="gemm", size_range=(8, 16), min_run_time=0.005,
+                    use_figurewidget=False, worker=planted)
+        args[name] = bad
+        assert_refused(lambda: widgets.ThroughputExplorer(**args), name, bad)
+    assert planted.calls == []
 
 
 def test_strategies_list_is_not_changed():
@@ -373,63 +363,38 @@ def test_occupancy_accepts_numpy_integers_and_huge_shared_memory(gpu, threads, r
 
 
 # ------------------------------------------------------------------------ time budgets
+#
+# The explorers hold no forecast: a point is measured, or stopped when its time is up. Here
+# real points far too large for a CPU are stopped by the real measuring process; what is
+# checked is what the rows say, never how long this machine took (the budget arithmetic has
+# planted tests in test_conv_explorer.py and test_widgets.py).
+
+_NOT_FORECAST = re.compile(r"estimat|about [\d.,]+ s|skipped")
 
 
-def _timed_update(ex) -> float:
-    start = time.monotonic()
-    ex.update()
-    return time.monotonic() - start
-
-
-@pytest.mark.parametrize("dtype, size_range", [("float16", (1024, 4096)),
-                                               ("bfloat16", (2048, 8192)),
-                                               ("float32", (4096, 8192))])
-def test_large_gemm_update_stays_within_budget_and_reports_estimates(dtype, size_range):
-    budget = 3.0
-    ex = widgets.ThroughputExplorer(op="gemm", dtype=dtype, size_range=size_range,
-                                    point_budget_s=0.5, update_budget_s=budget, measure=False,
+def test_a_gemm_too_large_for_its_budget_is_stopped_not_forecast():
+    ex = widgets.ThroughputExplorer(op="gemm", dtype="float32", size_range=(64, 8192),
+                                    point_budget_s=0.5, update_budget_s=3.0,
                                     use_figurewidget=False)
-    seconds = _timed_update(ex)
-    assert seconds < budget + 1.0, ex.message_text
     torch_rows = [r for r in ex.rows if r["backend"] == "torch"]
-    assert [r["size"] for r in torch_rows] == tp.log_sizes(*size_range, 2)
-    estimate = (r"skipped: estimated [\d.e+-]+ s per call \(from (a \d+ x \d+ {dtype} "
-                r"calibration GEMM|size [\d,]+)\), about [\d.e+-]+ s for the point, over the "
-                r"0.5 s budget per point").format(dtype=dtype)
-    assert torch_rows[-1]["status"] != "ok"  # n = 4096 or 8192 on a CPU: far over 0.5 s
-    for r in torch_rows:  # refused up front with its estimate, the first size included
-        if r["status"] != "ok":
-            assert re.fullmatch(estimate, r["status"]), r["status"]
-            assert f"torch on cpu, size {r['size']:,}: {r['status']}" in ex.message_text
-    if torch_rows[0]["status"] != "ok":  # nothing measured before it: the calibration's
-        assert f"{dtype} calibration GEMM" in torch_rows[0]["status"]
-
-
-def test_elementwise_update_with_huge_sizes_stays_within_budget():
-    budget = 2.0
-    ex = widgets.ThroughputExplorer(op="relu", size_range=(10**5, 10**8), point_budget_s=1,
-                                    update_budget_s=budget, min_run_time=0.005, measure=False,
-                                    use_figurewidget=False)
-    seconds = _timed_update(ex)
-    assert seconds < budget + 1.0, ex.message_text
-    not_measured = [r for r in ex.rows if r["status"] != "ok"]
-    assert not_measured  # 1e8 elements: seconds just to draw the random operands
-    for r in not_measured:
-        assert any(w in r["status"] for w in ("estimated", "first call", "time limit")), r
+    assert [r["size"] for r in torch_rows] == tp.log_sizes(64, 8192, 2)
+    assert torch_rows[0]["status"] == "ok"  # a 64 x 64 GEMM: microseconds
+    assert torch_rows[-1]["status"] != "ok"  # n = 8192 on a CPU: far over 0.5 s
+    for r in ex.rows:
+        assert not _NOT_FORECAST.search(r["status"]), r["status"]
+        assert r["status"] == "ok" or re.match(
+            r"did not finish in [\d.]+ s: stopped|not measured: (size [\d,]+ did not finish|"
+            r"this update's 3 s)", r["status"]), r["status"]
 
 
 @pytest.mark.parametrize("layer", [
-    dict(b=128, i=256, f=256, k=15, s=1, c=64, padding=7),  # far over every estimate
-    dict(b=128, i=192, f=8, k=1, s=4, c=8, padding=3),      # memory-bound: 1,000x the FLOP rate
-    dict(b=16, i=192, f=1, k=11, s=1, c=1, padding=0),      # one filter
+    dict(b=128, i=256, f=256, k=15, s=1, c=64, padding=7),  # more memory than the machine
+    dict(b=128, i=192, f=8, k=1, s=4, c=8, padding=3),      # memory-bound
     dict(b=32, i=128, f=1, k=5, s=2, c=64, padding=7),
 ])
-def test_conv_update_stays_within_budget(layer):
-    budget = 2.0
-    ex = widgets.ConvExplorer(device="cpu", update_budget_s=budget, measure=False,
+def test_a_large_conv_layer_is_measured_or_stopped_never_forecast(layer):
+    ex = widgets.ConvExplorer(device="cpu", budget_s=0.5, update_budget_s=2.0,
                               use_figurewidget=False, **layer)
-    seconds = _timed_update(ex)
-    assert seconds < budget + 1.0, ex.message_text
     assert len(ex.rows) == len(ex.strategies)
     cfg = config_for((layer["b"], layer["c"], layer["i"], layer["i"]),
                      (layer["f"], layer["c"], layer["k"], layer["k"]), layer["s"],
@@ -439,120 +404,10 @@ def test_conv_update_stays_within_budget(layer):
         if reason:
             assert r["status"] == reason, r
         else:
-            assert r["status"] == "ok" or re.search(r"refused|skipped|budget", r["status"]), r
-
-
-def test_conv_first_update_refuses_a_layer_over_budget_with_the_estimate():
-    ex = widgets.ConvExplorer(b=128, i=128, f=128, k=11, s=1, c=16, device="cpu",
-                              use_figurewidget=False)
-    assert ex.seconds < ex.update_budget_s + 1.0
-    rows = [r for r in ex.rows if r["strategy"] != "winograd"]  # k = 11: winograd says why
-    assert "3 x 3 kernel" in next(r["status"] for r in ex.rows if r["strategy"] == "winograd")
-    assert rows and all(r["status"].startswith("refused") for r in rows), ex.rows
-    assert all(re.search(r"about [\d.,]+ s", r["status"]) for r in rows)
-
-
-def test_probe_measures_a_small_layer_and_scales_a_large_one():
-    small = config_for((1, 3, 16, 16), (8, 3, 3, 3))
-    found = conv_budget.probe(small, "reference", "cpu")
-    # Measured whole, as a rule; on a loaded machine a reduced step can wait for a core and
-    # stop the probe early (how it then estimates is tested with planted times below).
-    assert found.text.startswith(("one call measured at", "the fastest call at")), found.text
-    assert 0 < found.seconds < 10, found.text
-    # Memory-bound, 1 x 1 kernel. On a 2-core CPU, batch 16 of it takes about 10 ms and batch
-    # 64 about 0.1 s (a layer of batch 64 was probed up to its full size: a step can stay under
-    # PROBE_TARGET_S), so the probe stops by batch 64, a quarter of this layer's work.
-    large = config_for((256, 8, 128, 128), (8, 8, 1, 1), 1, 0)
-    ran = []
-
-    def recorded(step, *args):
-        ran.append(step.n)
-        return call_seconds(step, *args)
-
-    call_seconds = conv_budget._call_seconds
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(conv_budget, "_call_seconds", recorded)
-        found = conv_budget.probe(large, "im2col-gemm", "cpu")
-    assert ran and max(ran) <= large.n // 4, ran  # the probe ran reduced copies only
-    assert "scaled to this layer" in found.text and found.seconds > 0
-    # measuring takes the warm-up, the timed calls and the memory call, plus drawing inputs
-    need = conv_budget.measure_seconds(large, found.seconds, 0.02, True, True)
-    assert need > conv_budget.calls(True) * found.seconds
-
-
-def _fake_calls(monkeypatch, seconds_at):
-    """Replace one probe call by ``seconds_at(fraction of the full layer's work, call index)``."""
-    full = config_for((8, 3, 64, 64), (16, 3, 5, 5))
-    work = conv_budget._work(full, "reference", True)
-    count = []
-
-    def fake(step, strategy, device, backward, gen):
-        count.append(step)
-        w = conv_budget._work(step, strategy, backward)
-        return seconds_at(min(w[0] / work[0], w[1] / work[1]), len(count))
-
-    monkeypatch.setattr(conv_budget, "_call_seconds", fake)
-    return full, count
-
-
-def test_probe_ignores_a_delayed_call(monkeypatch):
-    """Every third call waits 0.2 s for a core: the fastest call of each step counts, so the
-    estimate is that of the true 1 s layer, not the delay scaled up by the work."""
-    full, _ = _fake_calls(monkeypatch, lambda u, i: u * 1.0 + (0.2 if i % 3 == 1 else 0.0))
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert found.seconds <= 1.0 * conv_budget.SAFETY * 1.01, found.text
-    assert found.seconds >= 1.0, found.text  # never below the true time
-
-
-def test_probe_does_not_scale_a_fixed_delay(monkeypatch):
-    """A fixed 50 ms a call (threads waiting for a core) plus 2 s of work at the full layer:
-    the fixed part is fitted from the last two steps and not multiplied by the work."""
-    full, count = _fake_calls(monkeypatch, lambda u, i: 0.05 + 2.0 * u)
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert "fixed delay" in found.text and "scaled to this layer" in found.text, found.text
-    assert 2.05 <= found.seconds <= 0.05 + 2.0 * conv_budget.SAFETY * 1.01, found.text
-    step = count[-1]  # scaling the whole time of the last step would have said far more
-    scale = 1 / min(a / b for a, b in zip(conv_budget._work(step, "reference", True),
-                                          conv_budget._work(full, "reference", True)))
-    assert (0.05 + 2.0 / scale) * scale * conv_budget.SAFETY > 1.5 * found.seconds
-    # a delay that does not grow with the work: the probe goes on to the full layer
-    full, _ = _fake_calls(monkeypatch, lambda u, i: 0.05 + 0.01 * u)
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert found.text == "one call measured at 0.06 s"
-
-
-def test_probe_does_not_take_a_delay_that_begins_at_one_step_for_the_work(monkeypatch):
-    """From a thousandth of the layer's work on, every call waits 50 ms (a library's threads
-    start once the work is large enough, and wait for cores another process holds). The step
-    where the delay begins jumps far past the growth of its work: it is not taken as the
-    layer's cost scaled up (about 0.05 s x 1,000 times), the probe goes on and fits the delay."""
-    full, count = _fake_calls(monkeypatch, lambda u, i: 1.0 * u + (0.05 if u >= 1e-3 else 0.0))
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert 1.0 <= found.seconds <= 0.05 + 1.0 * conv_budget.SAFETY * 1.01, found.text
-    work = [min(a / b for a, b in zip(conv_budget._work(step, "reference", True),
-                                      conv_budget._work(full, "reference", True)))
-            for step in dict.fromkeys(count)]
-    assert any(u >= 1e-3 for u in work[:-1]), work  # the probe went past the jump
-    # without the jump (no delay), the same layer's probe stops earlier and agrees
-    full, _ = _fake_calls(monkeypatch, lambda u, i: 1.0 * u)
-    assert 1.0 <= conv_budget.probe(full, "reference", "cpu").seconds <= 2.0 * 1.01
-
-
-def test_probe_measures_a_layer_whole_when_no_step_reaches_the_target(monkeypatch):
-    """A layer whose full call takes 5 ms: no reduced step reaches PROBE_TARGET_S, so the
-    probe ends at the full layer and reports that one call, not a scaled estimate."""
-    full, count = _fake_calls(monkeypatch, lambda u, i: 0.005 * u)
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert found.text == "one call measured at 0.005 s" and found.seconds == 0.005
-    assert count[-1] == full
-
-
-def test_probe_repeats_only_short_calls(monkeypatch):
-    """A call of at least REPEAT_BELOW_S is not repeated (the delay hardly matters there)."""
-    full, count = _fake_calls(monkeypatch, lambda u, i: 2 * conv_budget.REPEAT_BELOW_S)
-    found = conv_budget.probe(full, "reference", "cpu")
-    assert len(count) == len(set(count)) > 1  # no step repeated; it never grew: up to full
-    assert found.text.startswith("one call measured at")
+            assert not _NOT_FORECAST.search(r["status"]), r["status"]
+            assert r["status"] == "ok" or re.match(
+                r"did not finish in [\d.]+ s|not measured: this update's 2 s|refused: needs "
+                r"about [\d,]+ MiB", r["status"]), r["status"]
 
 
 def test_calibration_does_not_take_a_delay_that_begins_at_one_size(monkeypatch):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda is imported)
+import json
 import pathlib
 
 import nbformat
@@ -11,7 +12,6 @@ import plotly.graph_objects as go
 import pytest
 
 from helpers import notebook, widgets
-from helpers.widgets import live as live_module
 from helpers.device import timing
 from tools import book
 
@@ -35,23 +35,37 @@ def _displayed(monkeypatch, module) -> list:
                                        use_figurewidget=False,
                                        reference_prefix="__no_reference_results__"),
 ], ids=["conv", "occupancy", "throughput"])
-def test_displaying_an_explorer_leaves_a_static_copy_of_each_chart(make, monkeypatch):
+def test_an_explorer_is_one_output_whose_fallback_is_a_static_copy(make):
+    """Displayed, an explorer is one output: the widget, and for front ends without widgets
+    (the book, notebook viewers) a static copy of each chart, as the widget's own fallback;
+    never a second set of charts below the live ones."""
     explorer = make()
-    shown = _displayed(monkeypatch, live_module)
-    explorer._ipython_display_()
-    assert shown[0] is explorer.widget
-    note, figures = shown[1], shown[2:]
-    assert explorer.made_on and explorer.made_on in note["text/plain"]
+    bundle = explorer._repr_mimebundle_()
+    assert bundle[book.WIDGET_MIME] == explorer.widget._repr_mimebundle_()[book.WIDGET_MIME]
+    page = bundle["text/html"]
+    assert explorer.made_on and explorer.made_on in page
+    assert explorer.made_on in bundle["text/plain"]
+    embedded = [json.loads(m.group(2)) for m in book._STATIC_CHART.finditer(page)]
     live = [chart.figure for chart in explorer.live_charts()]
-    assert len(figures) == len(live) >= 1
-    for copy, chart in zip(figures, live):
-        assert isinstance(copy, go.Figure)
-        assert copy.layout.title.text.startswith("Static copy")
-        assert chart.layout.title.text in copy.layout.title.text
-        assert [t.name for t in copy.data] == [t.name for t in chart.data]
-        # a copy: changing it leaves the live chart alone
-        copy.update_layout(title_text="changed")
-        assert chart.layout.title.text != "changed"
+    assert len(embedded) == len(live) >= 1
+    for copy, chart in zip(embedded, live):
+        assert copy["layout"]["title"]["text"] == chart.layout.title.text
+        assert [t.get("name") for t in copy["data"]] == [t.name for t in chart.data]
+        title = chart.layout.title.text.split("<br>")[0]
+        assert f"[chart: {title}" in bundle["text/plain"]
+        assert "<br>" not in bundle["text/plain"]
+    # the copies are copies: changing one leaves the live chart alone
+    figures = explorer.snapshot_figures()
+    figures[0].update_layout(title_text="changed")
+    assert live[0].layout.title.text != "changed"
+
+
+def test_the_static_copy_cannot_close_its_script_early():
+    explorer = widgets.OccupancyExplorer(use_figurewidget=False)
+    explorer.chart.update(go.Figure(go.Bar(x=["</script><b>x</b>"], y=[1])))
+    page = explorer._repr_mimebundle_()["text/html"]
+    (match,) = book._STATIC_CHART.finditer(page)
+    assert json.loads(match.group(2))["data"][0]["x"] == ["</script><b>x</b>"]
 
 
 def test_the_conv_explorer_says_which_device_measured():
@@ -71,27 +85,31 @@ def test_a_message_in_place_of_the_charts_is_what_the_copy_shows():
     figures = explorer.snapshot_figures()
     assert len(figures) == 1
     text = " ".join(a.text for a in figures[0].layout.annotations)
-    assert "kernel" in text.lower() and "Static copy" not in text
+    assert "kernel" in text.lower()
+    assert "kernel 15x15" in explorer._repr_mimebundle_()["text/plain"]
 
 
 def test_every_explorer_in_the_notebooks_stores_a_static_chart():
-    """The stored outputs (and so the book) show each explorer's default charts."""
+    """The stored outputs (and so the book) show each explorer's starting charts, as the
+    widget output's own fallback: one output, no second set of charts after it."""
     found = 0
     for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             if cell.cell_type != "code" or "Explorer(" not in cell.source:
                 continue
-            mimes = [set(o.get("data", {})) for o in cell.outputs]
-            widget_at = [i for i, m in enumerate(mimes) if book.WIDGET_MIME in m]
-            if not widget_at:
+            widget = [o for o in cell.outputs if book.WIDGET_MIME in o.get("data", {})]
+            if not widget:
                 continue
             found += 1
-            after = [m for m in mimes[widget_at[0] + 1:] if book.PLOTLY_MIME in m]
-            assert after, f"{path.name}: the explorer cell stores no static chart"
-            titles = [o["data"][book.PLOTLY_MIME]["layout"].get("title", {}).get("text", "")
-                      for o in cell.outputs if book.PLOTLY_MIME in o.get("data", {})]
-            assert all(t.startswith("Static copy") for t in titles), titles
+            assert len(widget) == 1, path.name
+            assert not [o for o in cell.outputs if book.PLOTLY_MIME in o.get("data", {})], \
+                f"{path.name}: charts stored beside the explorer"
+            charts = book._output_figures(widget[0])
+            assert charts, f"{path.name}: the explorer cell stores no static chart"
+            assert all(c["data"] for c in charts), path.name
+            assert "measured on" in book._text(widget[0]["data"]["text/html"]) or \
+                "calculated" in book._text(widget[0]["data"]["text/html"]), path.name
     assert found >= 3
 
 
@@ -100,7 +118,10 @@ def test_the_book_draws_the_explorers_static_charts(tmp_path):
                             only=["01", "06", "07"], images=False)
     for page in pages:
         text = (tmp_path / "book" / page.href).read_text(encoding="utf-8")
-        assert "Static copy" in text and book.WIDGET_NOTE in text, page.href
+        assert book.WIDGET_NOTE in text, page.href
+        assert "A static copy of the explorer" in text, page.href
+        assert "workbook-static-chart" not in text, page.href  # re-drawn by the book
+        assert text.count('class="plotly-graph-div"') >= page.charts, page.href
 
 
 # ------------------------------------------------------------------------------ reveal

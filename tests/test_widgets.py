@@ -10,16 +10,17 @@ import json
 
 import plotly.graph_objects as go
 import pytest
+from planted import PlantedWorker
 
 from helpers.device import backend
 from helpers import results
 from helpers.experiments import throughput as tp
 from helpers import widgets
 
-# point_budget_s: wide enough that no point is skipped for a slow first call on a loaded
-# machine (these tests are about the widget; the budgets have their own tests)
-SMALL = dict(size_range=(1000, 10000), point_budget_s=5.0, min_run_time=0.005,
-             reference_prefix="__no_reference_results__")
+# point_budget_s: wide enough that a loaded machine never stops one of these real points (what
+# depends on time is tested with a planted worker: tests/planted.py)
+SMALL = dict(size_range=(1000, 10000), point_budget_s=60.0, min_run_time=0.005,
+             reference_prefix="__no_reference_results__", update_budget_s=600.0)
 
 
 @pytest.fixture(params=[False, True], ids=["output", "figurewidget"])
@@ -198,51 +199,100 @@ def test_switching_to_gemm_resets_sizes_and_measures(plain_explorer):
     assert _xs(explorer.throughput_chart) == set(tp.log_sizes(lo, hi, 2))
 
 
-def test_switching_op_measures_once(monkeypatch):
-    ex = widgets.ThroughputExplorer(use_figurewidget=False, measure=False, **SMALL)
-    calls = []
-    real = tp.elementwise_sweep
-
-    def counting(*args, **kwargs):
-        calls.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tp, "elementwise_sweep", counting)
+def test_switching_op_measures_once():
+    planted = PlantedWorker()
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, measure=False, worker=planted,
+                                    **SMALL)
     ex.op.value = "saxpy"
-    assert calls == ["saxpy"]
     assert (ex.size_min.value, ex.size_max.value) == (1000, 1_000_000)
+    sizes = tp.log_sizes(1000, 1_000_000, 2)
+    backends = tp.backends_for("cpu", "elementwise")
+    cpu = [args for _, args in planted.requests if args[3] == "cpu"]
+    assert len(cpu) == len(backends) * len(sizes)  # each point once
+    assert {args[1] for args in cpu} == {"saxpy"}
     assert {r["op"] for r in ex.rows} == {"saxpy"}
 
 
-def test_unexpected_error_shows_a_message(plain_explorer, monkeypatch):
+def test_each_backend_is_measured_in_increasing_size_torch_first():
+    planted = PlantedWorker()
+    widgets.ThroughputExplorer(use_figurewidget=False, worker=planted, **SMALL)
+    cpu = [key for (key, _), (_, args) in zip(planted.calls, planted.requests)
+           if args[3] == "cpu"]
+    sizes = tp.log_sizes(1000, 10000, 2)
+    assert cpu == [("torch", n) for n in sizes] + [("numpy", n) for n in sizes]
+
+
+def test_a_point_that_does_not_finish_stops_its_backend_not_the_others():
+    # planted: numpy at 3,162 takes 30 s, over the 2 s point budget; nothing is forecast
+    planted = PlantedWorker(seconds={("numpy", 3162): 30.0})
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, worker=planted,
+                                    **{**SMALL, "point_budget_s": 2.0})
+    status = {(r["backend"], r["size"]): r["status"] for r in ex.rows if r["device_kind"] == "cpu"}
+    assert status[("numpy", 1000)] == "ok"
+    assert status[("numpy", 3162)] == "did not finish in 2 s: stopped"
+    assert status[("numpy", 10000)] == "not measured: size 3,162 did not finish"
+    assert all(status[("torch", n)] == "ok" for n in (1000, 3162, 10000))
+    assert ("numpy", 10000) not in [key for key, _ in planted.calls]  # never run
+    assert "numpy on cpu, size 3,162: did not finish in 2 s" in ex.message_text
+    numpy_line = [t for t in _cpu_traces(ex.runtime_chart) if t.name.startswith("numpy")]
+    assert list(numpy_line[0].x) == [1000]
+
+
+def test_the_update_budget_is_shared_by_the_points():
+    # 4 + 4 + 0.5 + 0.5 = the whole 9 s: numpy's larger sizes are not run
+    planted = PlantedWorker(seconds={("torch", 1000): 4.0, ("torch", 3162): 4.0,
+                                     ("torch", 10000): 0.5, ("numpy", 1000): 0.5})
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, worker=planted,
+                                    **{**SMALL, "point_budget_s": 5.0, "update_budget_s": 9.0})
+    assert planted.calls[:4] == [(("torch", 1000), 5.0), (("torch", 3162), 5.0),
+                                 (("torch", 10000), 1.0), (("numpy", 1000), 0.5)]
+    status = {(r["backend"], r["size"]): r["status"] for r in ex.rows if r["device_kind"] == "cpu"}
+    assert status[("torch", 10000)] == status[("numpy", 1000)] == "ok"
+    assert status[("numpy", 3162)].startswith("not measured: this update's 9 s")
+    assert len(planted.calls) == 4
+
+
+def test_changing_a_control_while_measuring_stops_the_measurement_in_progress():
+    planted = PlantedWorker(blocking={("torch", 3162)})
+    ex = widgets.ThroughputExplorer(use_figurewidget=False, worker=planted, measure=False,
+                                    background=True, **SMALL)
+    ex.size_max.value = 100_000  # sizes 1,000, 3,162, 10,000, 31,623, 100,000
+    assert planted.started.wait(timeout=60)
+    planted.blocking.clear()
+    ex.size_max.value = 10_000
+    assert ex.wait(timeout=60)
+    assert planted.stopped == [("torch", 3162)]
+    assert sorted({r["size"] for r in ex.rows}) == tp.log_sizes(1000, 10000, 2)
+    assert all(r["status"] == "ok" for r in ex.rows)
+
+
+def test_unexpected_error_shows_a_message(plain_explorer):
+    class Broken(PlantedWorker):
+        def run(self, *args, **kwargs):
+            raise RuntimeError("device on fire")
+
     explorer = plain_explorer
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("device on fire")
-
-    monkeypatch.setattr(tp, "elementwise_sweep", broken)
+    worker = explorer.worker
+    explorer.worker = Broken()
     explorer.size_max.value = 20_000  # must not raise
     assert _shows_message(explorer)
     assert "RuntimeError" in explorer.message.value
     assert "device on fire" in explorer.message.value
 
-    monkeypatch.undo()
+    explorer.worker = worker
     explorer.size_max.value = 10_000
     assert _shows_charts(explorer)
 
 
-def test_nothing_measurable_shows_the_reasons(plain_explorer, monkeypatch):
-    explorer = plain_explorer
-
-    def all_skipped(op, sizes, *args, **kwargs):
-        return [tp._row("elementwise", op, "numpy", "cpu", "float32", n, status="skipped: test")
-                for n in sizes]
-
-    monkeypatch.setattr(tp, "elementwise_sweep", all_skipped)
-    explorer.size_max.value = 20_000
+def test_nothing_measurable_shows_the_reasons():
+    sizes = tp.log_sizes(1000, 20000, 2)
+    planted = PlantedWorker(errors={(b, n): "MemoryError: test" for b in ("numpy", "torch")
+                                    for n in sizes})
+    explorer = widgets.ThroughputExplorer(use_figurewidget=False, worker=planted,
+                                          **{**SMALL, "size_range": (1000, 20000)})
     assert _shows_message(explorer)
     assert "Nothing could be measured" in explorer.message.value
-    assert "skipped: test" in explorer.message.value
+    assert "failed: MemoryError: test" in explorer.message.value
 
 
 # ------------------------------------------------------------- reference curves (results/)
@@ -266,7 +316,7 @@ def test_reference_gpu_rows_are_drawn_with_the_gpus_bandwidth(tmp_path, monkeypa
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
 
     ex = widgets.ThroughputExplorer(use_figurewidget=False, size_range=(1000, 10000),
-                                    point_budget_s=5.0, min_run_time=0.005)
+                                    point_budget_s=60.0, min_run_time=0.005)
     fig = ex.throughput_chart.figure
     reference = [t for t in fig.data if "(results/)" in t.name]
     assert len(reference) == 1

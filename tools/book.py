@@ -40,8 +40,8 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 STATIC_WIDTH, STATIC_HEIGHT = 1100, 450
 #: File name of the local plotly.js copy, at the top of the book's folder.
 PLOTLY_JS = "plotly.min.js"
-WIDGET_NOTE = ("Interactive widget: it needs a running Python kernel, so the book cannot show it. "
-               "Open this notebook in JupyterLab or Colab to use it.")
+WIDGET_NOTE = ("Interactive widget: it needs a running Python kernel, so the book cannot show it "
+               "live. Open this notebook in JupyterLab or Colab to use it.")
 _CHART_NOTE = "This interactive chart needs JavaScript; open the page in a browser with it enabled."
 _NO_PLOTLY_NOTE = f"This chart needs {PLOTLY_JS}, which was not found beside the book's index."
 
@@ -182,11 +182,33 @@ def _figure(data: dict) -> dict:
     return json.loads(figure) if isinstance(figure, str) else figure
 
 
+#: An explorer's static copy inside its widget output (helpers.widgets.live.static_html): an
+#: empty div, the figure's JSON, and the script that draws it.
+_STATIC_CHART = re.compile(
+    r'<div id="(workbook-static-[0-9a-f]+)" class="workbook-static-chart"></div>'
+    r'<script type="application/vnd\.plotly\.v1\+json" data-for="\1">(.*?)</script>'
+    r'<script>.*?</script>', flags=re.S)
+
+
+def _output_figures(output) -> list[dict]:
+    """The plotly figures an output shows: its own chart, or an explorer's static copies."""
+    data = output.get("data") or {}
+    if PLOTLY_MIME in data:
+        return [_figure(data)]
+    if WIDGET_MIME in data and "text/html" in data:
+        return [json.loads(m.group(2)) for m in _STATIC_CHART.finditer(_text(data["text/html"]))]
+    return []
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
 def chart_figures(nb) -> list[dict]:
     """The plotly figures (stored JSON) among ``nb``'s outputs, in the order
     :func:`adapt_outputs` numbers them (chart 1 first)."""
-    return [_figure(o["data"]) for cell in nb.cells for o in cell.get("outputs", [])
-            if PLOTLY_MIME in (o.get("data") or {})]
+    return [fig for cell in nb.cells for o in cell.get("outputs", [])
+            for fig in _output_figures(o)]
 
 
 def adapt_outputs(nb, prefix: str = "chart",
@@ -224,7 +246,16 @@ def adapt_outputs(nb, prefix: str = "chart",
             elif WIDGET_MIME in data:
                 widgets += 1
                 note = f'<p class="book-note book-widget">{WIDGET_NOTE}</p>'
-                output["data"] = {"text/html": note, "text/plain": WIDGET_NOTE}
+                page = note
+                if _output_figures(output):  # an explorer: its static copy, charts re-drawn
+                    def chart(match) -> str:
+                        nonlocal charts
+                        charts += 1
+                        return _chart_html(json.loads(match.group(2)), f"{prefix}-{charts}",
+                                           None, images.get(charts))
+
+                    page = note + _STATIC_CHART.sub(chart, _text(data["text/html"]))
+                output["data"] = {"text/html": page, "text/plain": WIDGET_NOTE}
                 output["metadata"] = {}
     nb.metadata.pop("widgets", None)        # no stored widget state: no widget manager script
     return nb, charts, widgets

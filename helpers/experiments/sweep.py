@@ -238,7 +238,7 @@ def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
 def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             min_run_time: float = 0.05, measure_memory: bool = True, budget_s: float = 2.0,
             seed: int = 0, *, deadline: float | None = None,
-            time_limit: float | None = None) -> dict:
+            time_limit: float | None = None, keep_times: bool = False) -> dict:
     """Time one strategy at one configuration, or say why not.
 
     Args:
@@ -253,6 +253,7 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
         deadline: a :func:`time.monotonic` value; once it has passed nothing is run and the
             row's status is :func:`time_limit_status` of ``time_limit`` (seconds, the limit the
             deadline came from; only for that text). None: no deadline.
+        keep_times: also return ``times_s``, the per-call time of each timed block (seconds).
 
     Returns:
         dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
@@ -315,6 +316,8 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
         return row
     row.update(median_ms=t.median_ms, iqr_ms=t.iqr_s * 1e3,
                gflop_per_s=row["flops"] / t.median_s / 1e9)
+    if keep_times:
+        row["times_s"] = t.times_s
     return row
 
 

@@ -110,22 +110,42 @@ def _bar_layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
     return fig
 
 
+def _quartile_bars(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """(up, down) error-bar lengths reaching the third and first quartile of each row; rows
+    without quartiles (recorded sweeps keep only the IQR) get half the IQR each way, cut at
+    zero time."""
+    up, down = [], []
+    for r in rows:
+        median = r["median_ms"]
+        if r.get("q1_ms") is not None and r.get("q3_ms") is not None:
+            up.append(max(0.0, r["q3_ms"] - median))
+            down.append(max(0.0, median - r["q1_ms"]))
+        else:
+            half = (r.get("iqr_ms") or 0.0) / 2
+            up.append(half)
+            down.append(min(half, median))
+    return up, down
+
+
 def layer_runtime_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:
-    """One bar per strategy: median ms of one call on one layer, error bar = IQR (the live
-    explorer's chart; rows of :func:`helpers.experiments.sweep.measure`)."""
+    """One bar per strategy: median ms of one call on one layer, the error bar from the first
+    to the third quartile of the timed calls (the live explorer's chart; rows of
+    :func:`helpers.experiments.live.conv_point`)."""
     names = [r["strategy"] for r in rows]
+    up, down = _quartile_bars(rows)
     fig = go.Figure(go.Bar(
         x=names, y=[r["median_ms"] for r in rows], name="median time",
         marker_color=[color_for(n) for n in names],
-        error_y=dict(type="data", array=[r["iqr_ms"] / 2 for r in rows], visible=True,
+        error_y=dict(type="data", symmetric=False, array=up, arrayminus=down, visible=True,
                      thickness=1.5),
-        customdata=[[r["iqr_ms"], r["flops"] / 1e9, r["gflop_per_s"]] for r in rows],
-        hovertemplate=("%{x}: median %{y:.3g} ms (IQR %{customdata[0]:.2g} ms), "
-                       "%{customdata[1]:.3g} GFLOP at %{customdata[2]:.3g} GFLOP/s"
-                       "<extra></extra>")))
+        customdata=[[r["median_ms"] - d, r["median_ms"] + u, r["flops"] / 1e9,
+                     r["gflop_per_s"]] for r, u, d in zip(rows, up, down)],
+        hovertemplate=("%{x}: median %{y:.3g} ms (quartiles %{customdata[0]:.3g} to "
+                       "%{customdata[1]:.3g} ms), %{customdata[2]:.3g} GFLOP at "
+                       "%{customdata[3]:.3g} GFLOP/s<extra></extra>")))
     fig.update_layout(showlegend=False)
     return _bar_layout(fig, f"Runtime, {what}: {layer}<br><sup>measured on {where}; "
-                            f"error bar: interquartile range</sup>",
+                            f"error bar: first to third quartile of the timed calls</sup>",
                        "median time per call (ms)")
 
 def layer_memory_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:

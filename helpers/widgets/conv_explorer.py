@@ -4,49 +4,69 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import threading
 import time
 
 import ipywidgets as W
 
-from helpers.conv import STRATEGIES, config_for
+from helpers.conv import STRATEGIES, ConvConfig, config_for
 from helpers.device import backend, timing
+from helpers.device.worker import Worker
 from helpers.experiments import sweep
 from helpers.figures import nb06_head_to_head, style
-from helpers.widgets import arguments, conv_budget
-from helpers.widgets.live import LiveChart, _Explorer
+from helpers.widgets import arguments
+from helpers.widgets.live import LiveChart, _Explorer, in_kernel, measuring_worker
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """One update's settings: the layer, the ticked strategies (drawing order), the pass."""
+
+    cfg: ConvConfig
+    names: list
+    device: str
+    backward: bool
+    layer: str
+    #: measurements per strategy, the last one kept (2 for the explorer's first update)
+    passes: int = 1
 
 
 class ConvExplorer(_Explorer):
     """Set one convolution layer with sliders; every strategy's runtime and memory update live.
 
     Shows, for the layer (b, i, f, k, s) with c input channels and zero padding, the strategies
-    ticked below the sliders measured on one device (:func:`helpers.experiments.sweep.measure`):
+    ticked below the sliders measured on one device (:func:`helpers.experiments.live.conv_point`):
 
     * runtime: one bar per strategy, the median milliseconds of one forward (or forward +
-      backward) pass on random float32 data, the error bar spanning the interquartile range
-      (median +/- IQR/2);
+      backward) pass on random float32 data, the error bar from the first to the third
+      quartile of the timed calls;
     * memory: per strategy, the measured peak (MiB above the baseline; on the CPU the growth of
-      the process's resident memory, which can show less than was allocated) beside the
-      analytic workspace (MiB beyond x, w, y; "unknown" where the library picks its algorithm
-      at run time).
+      the measuring process's resident memory, which can show less than was allocated) beside
+      the analytic workspace (MiB beyond x, w, y; "unknown" where the library picks its
+      algorithm at run time).
 
     Symbols (the study's 5-tuple): b batch, i input height = width, f filters, k kernel height
     = width, s stride; c input channels, padding zero padding on each side. In the cuDNN
     paper's terms x: (N, C, H, W) = (b, c, i, i), w: (K, C, R, S) = (f, c, k, k).
 
+    Nothing is estimated: each ticked strategy is measured in turn (the library first) in a
+    measuring process (:func:`helpers.widgets.live.measuring_worker`: started once, it runs
+    every strategy on a tiny layer first, so that no measurement pays for compiling), after a
+    warm-up call, and drawn as its result arrives; the first update measures each strategy
+    twice and keeps the second (the charts it draws are the ones a page without a kernel
+    shows, so they are taken warm). A strategy still running after
+    ``budget_s`` seconds, or when this update has used ``update_budget_s`` seconds of
+    measuring, is stopped (the process is killed and replaced) and listed as "did not finish
+    in N s". In a kernel, measuring runs in the background: moving a control again stops the
+    measurement in progress and starts over with the new settings.
+
     An invalid layer (e.g. a kernel larger than the padded input) shows the reason in place of
     the charts and leaves the controls as they are. Strategies that were not measured (no code
-    for the device, an unsupported configuration, the CUDA simulator, over the time or memory
-    budget) are listed below the charts with their reasons; the others are still drawn.
-
-    Time budgets: before a strategy is measured, its measurement is estimated, first from the
-    assumed FLOP rates (:func:`helpers.experiments.sweep.refusal`), then from one call on a
-    reduced copy of the layer (:func:`helpers.widgets.conv_budget.probe`); a strategy
-    estimated over ``budget_s`` is refused with the estimate, the first update included, and
-    one estimated to end after ``update_budget_s`` from the start of the update is skipped.
-    The library (``reference``) is measured first, so that it is drawn whenever it fits.
-    The first explorer of a process runs every strategy once on a tiny layer (compiling and
-    initialising them: a few seconds), so that no update pays for it.
+    for the device, an unsupported configuration, the CUDA simulator, more memory than half of
+    what the device has free, did not finish) are listed below the charts with their reasons;
+    the others are still drawn.
 
     Args:
         b, i, f, k, s, c, padding: the layer, integers within :data:`RANGES`.
@@ -55,11 +75,15 @@ class ConvExplorer(_Explorer):
         backward: True for forward + backward, False for forward only.
         device: ``"cpu"``, ``"cuda"``, or None (the GPU if there is one, else the CPU).
         min_run_time: seconds of timed calls per strategy (0 < s <= 10).
-        budget_s: seconds the measurement of one strategy may take (0 < s <= 600).
-        update_budget_s: seconds one update may take, measuring and drawing (0 < s <= 3600).
+        budget_s: seconds one strategy may be measured before it is stopped (0 < s <= 600).
+        update_budget_s: seconds of measuring one update may take in all (0 < s <= 3600).
         measure_memory: also measure each strategy's peak memory.
         use_figurewidget: True, False, or None to decide from the front end.
-        measure: measure once now (False: empty charts until the controls change).
+        measure: measure once now, and wait for it (False: empty charts until the controls
+            change).
+        background: measure in a thread, so that a control's callback returns at once; None
+            (default): in a Jupyter kernel only.
+        worker: the measuring process (default: the kernel's shared one).
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or out of range (the message
@@ -76,7 +100,9 @@ class ConvExplorer(_Explorer):
         runtime_chart, memory_chart: :class:`LiveChart` objects (``.figure`` is the chart).
         message: the message shown in place of the charts. notes: the list below the charts.
         message_text: plain text of the message or notes currently shown ("" if none).
-        rows: the rows of :func:`helpers.experiments.sweep.measure` last measured, one per strategy.
+        rows: the rows last measured, one per ticked strategy
+            (:func:`helpers.experiments.live.conv_point`; a row not measured has ``status``
+            other than ``"ok"``).
         seconds: how long the last update took. widget: the whole explorer, for ``display``.
     """
 
@@ -87,16 +113,12 @@ class ConvExplorer(_Explorer):
     LABELS = {"b": "batch b", "i": "input size i", "f": "filters f", "k": "kernel size k",
               "s": "stride s", "c": "input channels c", "padding": "padding"}
 
-    #: Seconds of each update kept for drawing the charts (at most a quarter of the budget).
-    DRAW_RESERVE_S = 0.3
-    #: A strategy is not probed with less than this many seconds left in the update.
-    PROBE_RESERVE_S = 0.1
-
     def __init__(self, b: int = 2, i: int = 32, f: int = 16, k: int = 5, s: int = 1, c: int = 3,
                  padding: int = 0, strategies: list[str] | None = None, backward: bool = True,
-                 device: str | None = None, min_run_time: float = 0.02, budget_s: float = 1.0,
+                 device: str | None = None, min_run_time: float = 0.02, budget_s: float = 2.0,
                  measure_memory: bool = True, use_figurewidget: bool | None = None,
-                 measure: bool = True, update_budget_s: float = 10.0):
+                 measure: bool = True, update_budget_s: float = 10.0,
+                 background: bool | None = None, worker: Worker | None = None):
         values = {}
         for symbol, value in dict(b=b, i=i, f=f, k=k, s=s, c=c, padding=padding).items():
             lo, hi = self.RANGES[symbol]
@@ -116,7 +138,14 @@ class ConvExplorer(_Explorer):
         self.measure_memory = arguments.flag("measure_memory", measure_memory)
         use_figurewidget = arguments.optional_flag("use_figurewidget", use_figurewidget)
         measure = arguments.flag("measure", measure)
-        conv_budget.warm_up(["cpu", "cuda"] if gpu else ["cpu"])
+        background = arguments.optional_flag("background", background)
+        self.background = in_kernel() if background is None else background
+        if worker is not None and not callable(getattr(worker, "run", None)):
+            raise TypeError(f"worker must be a helpers.device.worker.Worker, got "
+                            f"{arguments.shown(worker)}")
+        self.worker = worker or measuring_worker()
+        self._draw_lock = threading.Lock()
+        self._drawn = False
         self.rows: list[dict] = []
         self.seconds = 0.0
         self._held = False
@@ -167,6 +196,7 @@ class ConvExplorer(_Explorer):
             control.observe(self.update, names="value")
         if measure:
             self.update()
+            self.wait()
 
     @property
     def strategies(self) -> list[str]:
@@ -174,9 +204,10 @@ class ConvExplorer(_Explorer):
         return [name for name, box in self.strategy_boxes.items() if box.value]
 
     def set(self, **values: int) -> None:
-        """Set several sliders at once (by symbol: ``b, i, f, k, s, c, padding``) and measure
-        once. Raises ValueError for an unknown symbol or a value outside :data:`RANGES`,
-        TypeError for a value that is not an integer (nothing is changed then)."""
+        """Set several sliders at once (by symbol: ``b, i, f, k, s, c, padding``), measure
+        once and wait for it. Raises ValueError for an unknown symbol or a value outside
+        :data:`RANGES`, TypeError for a value that is not an integer (nothing is changed
+        then)."""
         unknown = sorted(set(values) - set(self.sliders))
         if unknown:
             raise ValueError(f"unknown sliders {unknown}; choose from {list(self.sliders)}")
@@ -189,112 +220,124 @@ class ConvExplorer(_Explorer):
         finally:
             self._held = False
         self.update()
+        self.wait()
 
     def update(self, *_: object) -> None:
-        """Re-measure with the current controls and redraw both charts (or show why not),
-        within ``update_budget_s`` seconds: strategies that would end later are listed."""
+        """Measure with the current controls and redraw both charts as each strategy's result
+        arrives (or show why not); an update still measuring is stopped first."""
         if self._held:
             return
-
-        start = time.monotonic()
+        generation = self._next_generation()
+        self._started = time.monotonic()
         v = {symbol: slider.value for symbol, slider in self.sliders.items()}
-        device, backward = self.device.value, self.backward.value
         try:
             cfg = config_for((v["b"], v["c"], v["i"], v["i"]), (v["f"], v["c"], v["k"], v["k"]),
                              v["s"], v["padding"])
             names = self.strategies
             if not names:
                 raise ValueError("tick at least one strategy to measure")
-            self.status.value = style.message_html("measuring...", "info")
-            deadline = start + self.update_budget_s - min(self.DRAW_RESERVE_S,
-                                                           self.update_budget_s / 4)
-            # the library to beat first: no slower strategy's time can leave it out
-            first = sorted(names, key=lambda name: name != "reference")
-            found = {name: self._measure(cfg, name, device, backward, deadline)
-                     for name in first}
-            rows = [found[name] for name in names]
         except ValueError as exc:
             self.show_message(str(exc))
+            self.seconds = time.monotonic() - self._started
             return
-        except Exception as exc:  # noqa: BLE001 - a widget shows a message, never a traceback
-            self.show_message(f"Could not measure ({type(exc).__name__}): {exc}")
-            return
-        finally:
-            self.seconds = time.monotonic() - start
-        self.rows = rows
-        measured = [r for r in rows if r["status"] == "ok"]
-        where = rows[0]["device"]
-        self.made_on = f"measured on {where}"
         layer = (f"(b, i, f, k, s) = ({v['b']}, {v['i']}, {v['f']}, {v['k']}, {v['s']}), "
                  f"c = {v['c']}, padding {v['padding']}")
-        what = "forward + backward" if backward else "forward"
-        if measured:
-            figures = nb06_head_to_head
-            self.runtime_chart.update(figures.layer_runtime_figure(measured, what, layer, where))
-            self.memory_chart.update(figures.layer_memory_figure(measured, what, layer, where))
-        else:
-            text = f"Nothing measured on {where}: the reasons are listed below."
-            self.runtime_chart.update(style.message_figure(text))
-            self.memory_chart.update(style.message_figure(text))
-        skipped = [f"{r['strategy']}: {r['status']}" for r in rows if r["status"] != "ok"]
-        if skipped:
-            title = f"Not measured on {where}:"
-            self.notes.value = style.list_html(title, skipped)
-            self._message_text = "\n".join([title, *skipped])
-        else:
-            self.notes.value = ""
-            self._message_text = ""
-        self.seconds = time.monotonic() - start
-        self.status.value = style.message_html(
-            f"y: (N, K, P, Q) = {cfg.y_shape}; {len(measured)} of {len(rows)} strategies "
-            f"measured on {where} in {self.seconds:.1f} s.", "info")
-        self.body.children = [self.charts, self.notes]
+        plan = _Plan(cfg, names, self.device.value, self.backward.value, layer,
+                     passes=1 if self._drawn else 2)
+        self.status.value = style.message_html("measuring...", "info")
+        self._start(generation, plan)
 
-    def _measure(self, cfg, name: str, device: str, backward: bool, deadline: float) -> dict:
-        """One strategy's row: measured, or refused or skipped with the estimate that refused
-        it (see the class's time budgets)."""
-        kwargs = dict(backward=backward, min_run_time=self.min_run_time,
-                      measure_memory=self.measure_memory, budget_s=self.budget_s)
+    def _measure(self, generation: int, plan: _Plan) -> None:
+        """Measure the plan's strategies one by one (the library first: the one to beat),
+        drawing after each; stop as soon as a newer update began."""
+        rows: dict[str, dict] = {}
+        spent = 0.0
         try:
-            reason = sweep.refusal(cfg, name, device, backward, self.budget_s)
-        except Exception:  # noqa: BLE001  (measure reports it in the row)
-            reason = "failed"
-        if reason is not None or device == "cuda" and backend.MODE != "gpu":
-            return sweep.measure(cfg, name, device, **kwargs)  # the reason, nothing run
+            for name in sorted(plan.names, key=lambda name: name != "reference"):
+                if self._stale(generation):
+                    return
+                row, seconds = self._measure_one(generation, plan, name,
+                                                 self.update_budget_s - spent)
+                if row is None:  # stopped: a newer update has begun
+                    return
+                spent += seconds
+                rows[name] = row
+                self._draw(generation, plan, rows)
+        except Exception as exc:  # noqa: BLE001 - a widget shows a message, never a traceback
+            with self._draw_lock:
+                if not self._stale(generation):
+                    self.show_message(f"Could not measure ({type(exc).__name__}): {exc}")
+                    self.seconds = time.monotonic() - self._started
 
-        def not_run(status: str) -> dict:  # measure does nothing once its deadline has passed
-            return dict(sweep.measure(cfg, name, device, **kwargs, deadline=0.0), status=status)
+    def _measure_one(self, generation: int, plan: _Plan, name: str,
+                     left: float) -> tuple[dict | None, float]:
+        """One strategy's row and the seconds spent measuring it; (None, s) once stopped."""
+        cfg, device = plan.cfg, plan.device
 
-        left = deadline - time.monotonic()
-        budget = f"this update's {self.update_budget_s:g} s budget"
-        optimistic, pessimistic = conv_budget.bounds(cfg, name, device, backward,
-                                                     self.min_run_time, self.measure_memory)
-        if optimistic > left:
-            return not_run(f"skipped: measuring it takes at least about {optimistic:.2g} s "
-                           f"(at the assumed FLOP rate), more than the {max(left, 0):.2g} s "
-                           f"left of {budget}")
-        if pessimistic <= min(self.budget_s, left):
-            return sweep.measure(cfg, name, device, **kwargs, deadline=deadline,
-                                 time_limit=self.update_budget_s)
-        if left < self.PROBE_RESERVE_S:
-            return not_run(f"skipped: no time left of {budget}")
-        calls = conv_budget.calls(self.measure_memory)
-        # a call at most this long is measured within both budgets: the probe may stop there
-        enough = (min(self.budget_s, left) - conv_budget.measure_seconds(
-            cfg, 0.0, self.min_run_time, backward, self.measure_memory)) / calls
-        try:
-            found = conv_budget.probe(cfg, name, device, backward, deadline, enough)
-        except Exception as exc:  # noqa: BLE001  (the strategy's own error, as measure gives it)
-            return not_run(f"failed: {type(exc).__name__}: {exc}")
-        need = conv_budget.measure_seconds(cfg, found.seconds, self.min_run_time, backward,
-                                           self.measure_memory)
-        estimate = f"{found.text}; measuring it ({calls} calls) takes about {need:.2g} s"
-        if need > self.budget_s:
-            return not_run(f"refused: {estimate}, over the {self.budget_s:g} s budget per "
-                           "strategy")
-        left = deadline - time.monotonic()
-        if need > left:
-            return not_run(f"skipped: {estimate}, more than the {max(left, 0):.2g} s left of "
-                           f"{budget}")
-        return sweep.measure(cfg, name, device, **kwargs, deadline=deadline,
-                             time_limit=self.update_budget_s)
+        def row(status: str) -> dict:  # the row's fields, nothing run (measure's own refusal)
+            return dict(sweep.measure(cfg, name, device, plan.backward, deadline=0.0),
+                        status=status, q1_ms=None, q3_ms=None)
+
+        # what needs no measuring: no code for the device or layer, the simulator, memory
+        reason = sweep.refusal(cfg, name, device, plan.backward, budget_s=math.inf)
+        if reason:
+            return row(reason), 0.0
+        if left <= 0:
+            return row(f"not measured: this update's {self.update_budget_s:g} s of measuring "
+                       "were used up by the strategies before it"), 0.0
+        limit = min(self.budget_s, left)
+        outcome = self.worker.run(
+            "helpers.experiments.live", "conv_point", cfg, name, device, plan.backward,
+            self.min_run_time, self.measure_memory, plan.passes, timeout_s=limit,
+            cancelled=lambda: self._stale(generation))
+        if outcome.status == "ok":
+            return outcome.value, outcome.seconds
+        if outcome.status == "did not finish":
+            why = ("its budget" if limit == self.budget_s
+                   else f"what was left of this update's {self.update_budget_s:g} s")
+            return row(f"did not finish in {limit:.2g} s ({why}): stopped"), outcome.seconds
+        if outcome.status == "stopped":
+            return None, outcome.seconds
+        return row(f"failed: {outcome.error}"), outcome.seconds
+
+    def _draw(self, generation: int, plan: _Plan, found: dict[str, dict]) -> None:
+        """Draw the rows found so far (in the ticked order); the rest are listed as waiting."""
+        with self._draw_lock:
+            if self._stale(generation):
+                return
+            rows = [found[name] for name in plan.names if name in found]
+            waiting = [name for name in plan.names if name not in found]
+            measured = [r for r in rows if r["status"] == "ok"]
+            where = rows[0]["device"]
+            self.made_on = f"measured on {where}"
+            what = "forward + backward" if plan.backward else "forward"
+            if measured:
+                figures = nb06_head_to_head
+                self.runtime_chart.update(
+                    figures.layer_runtime_figure(measured, what, plan.layer, where))
+                self.memory_chart.update(
+                    figures.layer_memory_figure(measured, what, plan.layer, where))
+            elif not waiting:
+                text = f"Nothing measured on {where}: the reasons are listed below."
+                self.runtime_chart.update(style.message_figure(text))
+                self.memory_chart.update(style.message_figure(text))
+            skipped = [f"{r['strategy']}: {r['status']}" for r in rows if r["status"] != "ok"]
+            if skipped:
+                title = f"Not measured on {where}:"
+                self.notes.value = style.list_html(title, skipped)
+                self._message_text = "\n".join([title, *skipped])
+            else:
+                self.notes.value = ""
+                self._message_text = ""
+            self.seconds = time.monotonic() - self._started
+            self._drawn = self._drawn or bool(measured)
+            if waiting:
+                self.rows = rows
+                text = (f"measured {len(rows)} of {len(plan.names)}; measuring "
+                        f"{waiting[0]}...")
+            else:
+                self.rows = rows
+                text = (f"y: (N, K, P, Q) = {plan.cfg.y_shape}; {len(measured)} of {len(rows)} "
+                        f"strategies measured on {where} in {self.seconds:.1f} s.")
+            self.status.value = style.message_html(text, "info")
+            self.body.children = [self.charts, self.notes]

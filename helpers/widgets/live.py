@@ -1,18 +1,29 @@
 """Live charts that redraw in place (JupyterLab, Colab, VS Code) and what every explorer
-shares: a message in place of the charts, and a static copy of the charts for readers without a
-kernel.
+shares: a message in place of the charts, measuring in the background (one measuring process
+for the kernel, :class:`helpers.device.worker.Worker`), and a static copy of its charts as the
+widget's own fallback for front ends without widgets (the book, notebook viewers).
 """
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
+import threading
+import uuid
 
 import ipywidgets as W
 import plotly.graph_objects as go
+from IPython import get_ipython
 from IPython.display import clear_output, display
 
 from helpers.device import backend
+from helpers.device.worker import Worker
 from helpers.figures import style
+
+#: MIME type of the plotly figures embedded (as JSON) in an explorer's static fallback.
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def figurewidget_supported() -> bool:
@@ -73,23 +84,92 @@ class LiveChart:
             self._render()
 
     def _render(self) -> None:
+        # Setting the Output's outputs works from any thread (an explorer draws from its
+        # measuring thread); ``with out: display(...)`` only captures on the kernel's own.
+        shell = get_ipython()
+        if shell is not None and hasattr(shell, "display_formatter"):
+            data, metadata = shell.display_formatter.format(self._figure)
+            self._out.outputs = ({"output_type": "display_data", "data": data,
+                                  "metadata": metadata},)
+            return
         with self._out:
             clear_output(wait=True)
             display(self._figure)
 
 
+_WORKER: Worker | None = None
+
+
+def measuring_worker() -> Worker:
+    """The measuring process the explorers of this kernel share (started on first use; its
+    warm-up runs every strategy and backend once: :func:`helpers.experiments.live.warm_up`)."""
+    global _WORKER
+    if _WORKER is None:
+        _WORKER = Worker(warm_up=("helpers.experiments.live", "warm_up"))
+    return _WORKER
+
+
+def in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (where a slider's callback must not block)."""
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def static_html(note: str, figures: list[go.Figure]) -> str:
+    """``note`` and ``figures`` as HTML that draws without a kernel: each figure's JSON in a
+    ``<script type="application/vnd.plotly.v1+json">`` beside an empty div, drawn there by
+    plotly.js where the page has it (the book re-draws them with its own copy)."""
+    parts = [style.message_html(note, "info")]
+    for fig in figures:
+        div = f"workbook-static-{uuid.uuid4().hex[:12]}"
+        spec = fig.to_json().replace("</", "<\\/")
+        parts.append(
+            f'<div id="{div}" class="workbook-static-chart"></div>'
+            f'<script type="{PLOTLY_MIME}" data-for="{div}">{spec}</script>'
+            f'<script>(function () {{ var el = document.getElementById("{div}");'
+            f' var spec = JSON.parse(el.nextElementSibling.textContent);'
+            f' if (window.Plotly) {{ Plotly.newPlot(el, spec.data, spec.layout); }}'
+            f' else {{ el.textContent = {json.dumps(html.escape(_chart_text(fig)))}; }}'
+            f' }})();</script>')
+    return "\n".join(parts)
+
+
+def _chart_text(fig: go.Figure) -> str:
+    """``[chart: its title]``, the title's HTML tags (line breaks, subtitles) as spaces."""
+    title = " ".join(re.sub(r"<[^>]*>", " ", fig.layout.title.text or "untitled").split())
+    return f"[chart: {title}]"
+
+
 class _Explorer:
-    """What the explorers share: displaying ``self.widget``, and a message shown in ``self.body``
-    in place of the charts. A subclass sets ``widget``, ``body`` and ``message`` (an HTML
-    widget), and may have a ``status`` line, cleared with the charts."""
+    """What the explorers share: displaying ``self.widget`` with a static copy as its fallback,
+    a message shown in ``self.body`` in place of the charts, and measuring in the background.
+
+    A subclass sets ``widget``, ``body`` and ``message`` (an HTML widget), may have a
+    ``status`` line (cleared with the charts), and implements ``_measure(generation, plan)``;
+    :meth:`_start` runs it at once (``background`` False) or in a thread, so that in a kernel
+    a slider's callback returns at once and a later move can stop a measurement in progress.
+    """
 
     _message_text = ""
     #: Where the charts shown were made ("measured on ...", "calculated for ..."), set by update.
     made_on = ""
+    _generation = 0
+    _thread: threading.Thread | None = None
+    background = False
 
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-        self.show_snapshot()
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """The widget, and for front ends without widgets (the book, notebook viewers) a
+        static copy of what it shows now (:meth:`snapshot_figures`) in HTML and plain text."""
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
+        where = f" ({self.made_on})" if self.made_on else ""
+        note = (f"A static copy of the explorer at the settings it started with{where}: run "
+                "the notebook to move its controls.")
+        figures = self.snapshot_figures()
+        bundle["text/html"] = static_html(note, figures)
+        bundle["text/plain"] = "\n".join(
+            [note] + [_chart_text(fig) for fig in figures]
+            + ([self.message_text] if self.message_text else []))
+        return bundle
 
     def live_charts(self) -> list[LiveChart]:
         """The explorer's charts, in the order they are shown."""
@@ -98,28 +178,10 @@ class _Explorer:
 
     def snapshot_figures(self) -> list[go.Figure]:
         """Static copies of what the explorer shows now: each chart, or the message in place
-        of the charts, titled as a copy (the live charts above keep following the controls)."""
+        of the charts."""
         if self.body.children and self.body.children[0] is self.message:
             return [style.message_figure(self.message_text)]
-        copies = []
-        for chart in self.live_charts():
-            fig = go.Figure(chart.figure)
-            title = fig.layout.title.text or ""
-            fig.update_layout(title_text=f"Static copy: {title}" if title else "Static copy")
-            copies.append(fig)
-        return copies
-
-    def show_snapshot(self) -> None:
-        """Display :meth:`snapshot_figures` below the widget, so that a page read without a
-        kernel (the book, a notebook viewer) still shows what the explorer measured at the
-        settings it was created with."""
-        where = f" ({self.made_on})" if self.made_on else ""
-        note = ("Below: a static copy of the charts at the settings the explorer started with"
-                f"{where}, for readers without a running kernel; only the live charts above "
-                "follow the controls.")
-        display({"text/html": style.message_html(note, "info"), "text/plain": note}, raw=True)
-        for fig in self.snapshot_figures():
-            display(fig)
+        return [go.Figure(chart.figure) for chart in self.live_charts()]
 
     @property
     def message_text(self) -> str:
@@ -133,3 +195,32 @@ class _Explorer:
         self.body.children = [self.message]
         if hasattr(self, "status"):
             self.status.value = ""
+
+    # ------------------------------------------------------------- measuring in the background
+
+    def _next_generation(self) -> int:
+        """A new update begins: whatever an earlier one still measures is no longer wanted."""
+        self._generation += 1
+        return self._generation
+
+    def _stale(self, generation: int) -> bool:
+        return generation != self._generation
+
+    def _start(self, generation: int, plan) -> None:
+        """Run ``self._measure(generation, plan)`` now, or in a thread when ``background``."""
+        if not self.background:
+            self._measure(generation, plan)
+            return
+        thread = threading.Thread(target=self._measure, args=(generation, plan), daemon=True,
+                                  name="workbook-explorer")
+        self._thread = thread
+        thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the measurement in progress has been drawn (at most ``timeout``
+        seconds); whether it has."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True

@@ -1,0 +1,95 @@
+"""helpers.device.worker.Worker: a child process that runs one call at a time, and is killed
+and replaced when a call runs out of time or is no longer wanted.
+
+The calls are the standard library's (math.sqrt, time.sleep, os._exit): what is checked is
+the outcome and the process's life, never how fast this machine is. A call that "does not
+finish" sleeps ten minutes and is given a second: if the worker waited for it, the test would
+hang for ten minutes rather than pass.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from helpers.device.worker import Outcome, Worker
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+def test_a_call_returns_its_value(worker):
+    out = worker.run("math", "sqrt", 6.25, timeout_s=120)
+    assert out == Outcome("ok", 2.5, out.seconds)
+    assert out.seconds >= 0
+    assert worker.run("builtins", "divmod", 17, 5, timeout_s=120).value == (3, 2)
+
+
+def test_an_error_is_reported_not_raised(worker):
+    out = worker.run("math", "sqrt", -1.0, timeout_s=120)
+    assert out.status == "failed" and out.value is None
+    assert out.error == "ValueError: math domain error"
+    assert worker.run("math", "sqrt", 4.0, timeout_s=120).value == 2.0  # the same child goes on
+
+
+def test_a_call_past_its_time_is_killed_and_the_next_one_runs(worker):
+    worker.wait_ready()
+    starts = worker.starts
+    begun = time.monotonic()
+    out = worker.run("time", "sleep", 600, timeout_s=1.0)
+    assert out.status == "did not finish"
+    assert time.monotonic() - begun < 300  # it did not wait for the sleep
+    assert out.seconds >= 1.0
+    assert worker.starts == starts + 1  # killed and replaced at once
+    assert worker.run("math", "sqrt", 9.0, timeout_s=120).value == 3.0
+
+
+def test_a_call_no_longer_wanted_is_stopped(worker):
+    worker.wait_ready()
+    wanted = threading.Event()
+    wanted.set()
+    threading.Timer(0.5, wanted.clear).start()
+    out = worker.run("time", "sleep", 600, timeout_s=3000, cancelled=lambda: not wanted.is_set())
+    assert out.status == "stopped"
+    assert out.seconds < 300
+    assert worker.run("math", "sqrt", 16.0, timeout_s=120).value == 4.0
+    # a call not wanted before it begins is not sent at all
+    assert worker.run("time", "sleep", 600, timeout_s=3000, cancelled=lambda: True) == \
+        Outcome("stopped")
+
+
+def test_a_child_that_dies_is_reported_and_replaced(worker):
+    out = worker.run("os", "_exit", 3, timeout_s=120)
+    assert out.status == "failed"
+    assert "exit code 3" in out.error
+    assert worker.run("math", "sqrt", 25.0, timeout_s=120).value == 5.0
+
+
+def test_calls_from_two_threads_take_turns(worker):
+    values = []
+    threads = [threading.Thread(target=lambda x=x: values.append(
+        worker.run("math", "sqrt", x, timeout_s=120).value)) for x in (1.0, 4.0, 9.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(values) == [1.0, 2.0, 3.0]
+
+
+def test_printing_in_the_child_does_not_break_the_pipe(worker):
+    out = worker.run("builtins", "print", "noise on standard output", timeout_s=120)
+    assert (out.status, out.value) == ("ok", None)
+    assert worker.run("math", "sqrt", 36.0, timeout_s=120).value == 6.0
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="start_timeout_s"):
+        Worker(start_timeout_s=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        Worker().run("math", "sqrt", 1.0, timeout_s=0)
