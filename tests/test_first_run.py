@@ -100,7 +100,8 @@ def test_make_lab_runs_tools_lab():
 
 FACTS = {"device": "CPU: Some CPU (4 cores)", "date": "2030-01-02",
          "notebook": "notebooks/06_head_to_head.ipynb", "layer_before": "(2, 32, 16, 5, 1)",
-         "layer_after": "(2, 32, 16, 6, 1)", "measured": "4 of 5", "seconds": 0.7}
+         "layer_after": "(2, 32, 16, 6, 1)", "measured": "4 of 5", "seconds": 0.7,
+         "busy_processes": 2}
 README = (f"# Title\n\nIntro.\n\n{readme_picture.START}\nold caption\n{readme_picture.END}"
           "\n\nMore.\n")
 
@@ -128,8 +129,12 @@ def test_caption_states_device_date_and_the_layers():
     text = readme_picture.caption(FACTS)
     assert text.startswith("![") and "(docs/readme_explorer.png)" in text
     for value in ("CPU: Some CPU (4 cores)", "2030-01-02", "(2, 32, 16, 5, 1)",
-                  "(2, 32, 16, 6, 1)", "4 of 5", "0.7 s"):
+                  "(2, 32, 16, 6, 1)", "4 of 5", "0.7 s",
+                  "while 2 other CPU-bound processes kept its cores busy"):
         assert value in text
+    # measured on an idle machine, the caption says nothing of load
+    idle = readme_picture.caption({**FACTS, "busy_processes": 0})
+    assert "busy" not in idle and "CPU: Some CPU (4 cores), 2030-01-02" in idle
     facts = dict(FACTS)
     del facts["device"]
     with pytest.raises(KeyError, match="lack 'device'"):

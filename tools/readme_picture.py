@@ -29,7 +29,8 @@ START = "<!-- readme-picture: written by `make readme-picture` -->"
 END = "<!-- /readme-picture -->"
 #: The facts the caption states, as the browser test writes them (device, layers and counts
 #: read from the page).
-KEYS = ("device", "date", "notebook", "layer_before", "layer_after", "measured", "seconds")
+KEYS = ("device", "date", "notebook", "layer_before", "layer_after", "measured", "seconds",
+        "busy_processes")
 
 
 def caption(meta: dict) -> str:
@@ -47,7 +48,15 @@ def caption(meta: dict) -> str:
             f"kernel-size slider moved the layer (b, i, f, k, s) from {meta['layer_before']} to "
             f"{meta['layer_after']}: {meta['measured']} ticked strategies re-measured in "
             f"{meta['seconds']:g} s, runtime above and memory below. Measured live on "
-            f"{meta['device']}, {meta['date']}.*")
+            f"{meta['device']}{_busy(meta['busy_processes'])}, {meta['date']}.*")
+
+
+def _busy(processes: int) -> str:
+    """How loaded the machine was while the picture's times were measured."""
+    if not processes:
+        return ""
+    return (f" while {processes} other CPU-bound process{'es' if processes > 1 else ''} kept "
+            "its cores busy")
 
 
 def with_caption(readme: str, meta: dict) -> str:
