@@ -9,12 +9,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 UV     := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 PORT   ?= 8888
+# pytest-xdist workers for make test and make test-fast (each notebook stays on one worker)
+WORKERS ?= auto
 
 .PHONY: help env lab test test-pythons test-gpu test-fast gpu-reference run outputs book readme-picture clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
+	@echo "make test-fast  the tests without the browser and without executing notebooks (for iterating)"
 	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
 	@echo "make gpu-reference  on an NVIDIA GPU: record every GPU reference into results/ (about 20 min)"
@@ -40,7 +43,7 @@ lab: env
 	@$(PY) -m tools.lab --port $(PORT)
 
 test: env
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 # The tests that depend on the Python and numpy a learner has (tools/test_pythons.py): the tests
 # marked each_python and notebooks 03 and 07 on Python 3.12 and 3.13 where this machine has them
@@ -66,8 +69,9 @@ test-gpu: env
 gpu-reference:
 	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m helpers.experiments.gpu_reference $(ARGS)
 
+# For iterating: the tests in tests/ without the browser and without executing notebooks or labs.
 test-fast: env
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(WORKERS) --dist loadfile -m "not browser and not notebook"
 
 run: env
 	@$(PY) -m tools.run_notebooks --out build

@@ -28,6 +28,7 @@ def _todo_cells(nb) -> list:
             if c.cell_type == "code" and "raise NotImplementedError" in c.source]
 
 
+@pytest.mark.notebook
 @pytest.mark.parametrize("name", LABS)
 def test_stub_lab_runs_and_every_check_says_not_implemented_yet(name):
     from nbclient import NotebookClient

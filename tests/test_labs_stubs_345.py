@@ -26,6 +26,7 @@ def _text(output) -> str:
     return "".join(str(data.get(kind, "")) for kind in ("text/html", "text/plain"))
 
 
+@pytest.mark.notebook
 @pytest.mark.parametrize("name", LABS)
 def test_the_stub_lab_runs_and_every_check_says_not_implemented_yet(name, tmp_path):
     path = ROOT / "labs" / name

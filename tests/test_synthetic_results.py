@@ -244,6 +244,7 @@ def test_every_listed_notebook_exists():
         assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), name
 
 
+@pytest.mark.notebook
 @pytest.mark.skipif(backend.MODE == "gpu",
                     reason="on a GPU the notebooks measure live instead of reading results/")
 @pytest.mark.parametrize("name", sorted(CELLS))
