@@ -331,8 +331,11 @@ def test_an_interrupt_stops_them_all(tmp_path):
     run_id = "intr-" + uuid.uuid4().hex[:8]
     code = ("from helpers.experiments import parallel\n"
             f"parallel.launch(['ddp'], 2, steps=10_000, run_id={run_id!r})\n")
+    # SIGINT as a terminal delivers it: a test worker (pytest-xdist) may ignore SIGINT, and a
+    # child started from it would inherit that and never see the interrupt
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         end = time.monotonic() + 90
         while len(_rank_processes(run_id)) < 2 and time.monotonic() < end:  # ranks started

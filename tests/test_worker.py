@@ -88,6 +88,14 @@ def test_printing_in_the_child_does_not_break_the_pipe(worker):
     assert worker.run("math", "sqrt", 36.0, timeout_s=120).value == 6.0
 
 
+def test_a_child_that_cannot_start_says_so():
+    broken = Worker(warm_up=("sys", "exit"))  # its warm-up ends the child before it is ready
+    out = broken.run("math", "sqrt", 1.0, timeout_s=120)
+    assert out.status == "failed"
+    assert "ended before it was ready" in out.error
+    broken.close()
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="start_timeout_s"):
         Worker(start_timeout_s=0)

@@ -8,6 +8,7 @@ when its time is up or its result is no longer wanted; a fresh one is started at
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib
 import os
@@ -100,7 +101,8 @@ class Worker:
             call as failed (> 0).
 
     Calls are run one at a time, in the order threads ask (a lock); :meth:`run` is safe to call
-    from any thread. Processes are daemons: they end with the parent.
+    from any thread. A child is killed when this process exits, and ends by itself when its
+    standard input closes.
     """
 
     #: Seconds a call that is no longer wanted may take to end by itself before it is killed.
@@ -115,8 +117,10 @@ class Worker:
         self._process: subprocess.Popen | None = None
         self._replies: queue.Queue = queue.Queue()
         self._ready = False
+        self._start_error = ""
         #: How many child processes were started (the first one, and one after every kill).
         self.starts = 0
+        atexit.register(self._kill)
 
     def start(self) -> None:
         """Start a child now (if none is running), without waiting for it to be ready."""
@@ -156,11 +160,17 @@ class Worker:
         ``start_timeout_s``) until it is ready; whether it is."""
         self.start()
         if not self._ready:
-            reply = self._reply(self.start_timeout_s if timeout_s is None else timeout_s)
-            if reply is not None:
-                self._ready = reply[0] == "ready"
-                if not self._ready:
-                    self._kill()
+            wait = self.start_timeout_s if timeout_s is None else timeout_s
+            reply = self._reply(wait)
+            if reply is None:
+                self._start_error = f"the measuring process did not start within {wait:g} s"
+            elif reply[0] == "ready":
+                self._ready = True
+            else:
+                code = self._process.wait(timeout=10)
+                self._start_error = (f"the measuring process ended before it was ready "
+                                     f"(exit code {code}; its error is on standard error)")
+                self._kill()
         return self._ready
 
     def run(self, module: str, name: str, *args: Any, timeout_s: float,
@@ -186,8 +196,7 @@ class Worker:
                 return Outcome("stopped")
             if not self.wait_ready():
                 self._kill()
-                return Outcome("failed", error=f"RuntimeError: the measuring process did not "
-                                               f"start within {self.start_timeout_s:g} s")
+                return Outcome("failed", error=f"RuntimeError: {self._start_error}")
             start = time.monotonic()
             try:
                 _send(self._process.stdin, (module, name, args, kwargs))
