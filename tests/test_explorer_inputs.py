@@ -389,8 +389,7 @@ def test_a_gemm_too_large_for_its_budget_is_stopped_not_forecast():
 
 @pytest.mark.parametrize("layer", [
     dict(b=128, i=256, f=256, k=15, s=1, c=64, padding=7),  # more memory than the machine
-    dict(b=128, i=192, f=8, k=1, s=4, c=8, padding=3),      # memory-bound
-    dict(b=32, i=128, f=1, k=5, s=2, c=64, padding=7),
+    dict(b=32, i=128, f=1, k=5, s=2, c=64, padding=7),      # seconds a call on a CPU
 ])
 def test_a_large_conv_layer_is_measured_or_stopped_never_forecast(layer):
     ex = widgets.ConvExplorer(device="cpu", budget_s=0.5, update_budget_s=2.0,
