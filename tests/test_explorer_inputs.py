@@ -289,15 +289,14 @@ def _plain_occupancy():
 @settings(max_examples=40, deadline=None)
 @given(gpu=st.sampled_from(sorted(occ.GPU_ARCH)), threads=st.integers(1, 32).map(lambda w: 32 * w),
        regs=st.integers(1, 255), smem=st.integers(0, 228 * 1024).map(lambda b: b - b % 256))
-def test_occupancy_explorer_updates_fast_for_any_valid_setting(gpu, threads, regs, smem):
+def test_occupancy_explorer_updates_for_any_valid_setting(gpu, threads, regs, smem):
     ex = _plain_occupancy()
-    start = time.perf_counter()
     ex.set(gpu=gpu, threads_per_block=threads, regs_per_thread=regs, smem_per_block=smem)
-    assert time.perf_counter() - start < 1.0
     # a result, or the reason it cannot launch: never both, never neither
     assert (ex.result is None) == bool(ex.message_text)
-    if ex.result is not None:
+    if ex.result is not None:  # calculated by the occupancy rules, nothing measured
         assert 0 < ex.result.occupancy <= 1
+        assert ex.result == occ.occupancy(gpu, threads, regs, smem)
 
 
 # ------------------------------------------------------------------ helpers.occupancy
