@@ -1,10 +1,22 @@
 """Shared fixtures and markers for the helpers tests.
 
 ``import helpers`` must come before anything imports ``numba.cuda`` (see helpers.device.backend), so
-it is the first import here: pytest imports conftest.py before any test module.
+it is the first import here after the thread setting: pytest imports conftest.py before any test
+module.
 """
 
 from __future__ import annotations
+
+import os
+
+# Under pytest-xdist, each worker (with the notebook kernels and processes it starts) gets its
+# share of the cores for torch's OpenMP thread pool. Two workers that each size their pool to
+# the whole machine oversubscribe it and run several times slower. An OMP_NUM_THREADS that is
+# already set wins. It must be set before torch is first imported (by ``import helpers``).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (_CORES or 1) // _WORKERS))
 
 import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 import numpy as np

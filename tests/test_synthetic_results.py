@@ -29,6 +29,7 @@ from helpers.experiments import (
 )
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import notebook_slice  # noqa: E402
 from synthetic_results import DATE, DRIVER, GPU_NAME, make_synthetic_results  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -244,27 +245,56 @@ def test_every_listed_notebook_exists():
         assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), name
 
 
+def _targets(nb, name: str) -> tuple[list[int], list[str]]:
+    """Indices of the cells listed for notebook ``name``, and what could not be found."""
+    targets, problems = [], []
+    for piece, _ in CELLS[name]:
+        found = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and piece in c.source]
+        if len(found) != 1:
+            problems.append(f"{len(found)} code cells contain {piece!r}")
+        targets += found
+    return targets, problems
+
+
+def test_the_cut_keeps_what_a_cell_reads_and_drops_the_rest():
+    import nbformat
+
+    cells = ["import os", "a = 1", "b = 2  # never read", "a = a + 1", "def f():\n    return a",
+             "for b in range(2):\n    print(b)", "print(f(), [b for b in 'xy'])", "c = 3"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.cells.insert(2, nbformat.v4.new_markdown_cell("a = 99"))  # markdown binds nothing
+    cut, kept = notebook_slice.cut(nb, [7])
+    # the comprehension's b is its own: neither "b = 2" nor the loop is needed
+    assert [c.source for c in cut.cells] == ["import os", "a = 1", "a = a + 1",
+                                            "def f():\n    return a",
+                                            "print(f(), [b for b in 'xy'])"]
+    assert kept == [0, 1, 4, 5, 7]
+    assert notebook_slice.names("x[i] = y") == (set(), {"x", "i", "y"})
+    assert notebook_slice.names("for p in ps:\n    q = p") == ({"p", "q"}, {"ps"})
+    with pytest.raises(ValueError, match="targets"):
+        notebook_slice.cut(nb, [2])
+
+
 @pytest.mark.notebook
 @pytest.mark.skipif(backend.MODE == "gpu",
                     reason="on a GPU the notebooks measure live instead of reading results/")
 @pytest.mark.parametrize("name", sorted(CELLS))
-def test_notebook_draws_the_recorded_gpu(name, synthetic, tmp_path, monkeypatch):
+def test_notebook_draws_the_recorded_gpu(name, synthetic, monkeypatch):
+    """The listed cells, and the cells they need, executed (nbval runs the whole notebook)."""
     import nbformat
-
-    from tools import run_notebooks
+    from nbclient import NotebookClient
 
     monkeypatch.setenv("WORKBOOK_RESULTS", str(synthetic))  # the kernel inherits it
-    ok, seconds, error = run_notebooks.run_notebook(ROOT / "notebooks" / f"{name}.ipynb",
-                                                    tmp_path, timeout=600)
-    assert ok, f"{name} failed after {seconds:.0f} s: {error}"
-    nb = nbformat.read(tmp_path / f"{name}.ipynb", as_version=4)
-    problems = []
-    for piece, then in CELLS[name]:
-        cells = [c for c in nb.cells if c.cell_type == "code" and piece in c.source]
-        if len(cells) != 1:
-            problems.append(f"{len(cells)} code cells contain {piece!r}")
-            continue
-        shown = _output_text(cells[0])
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    targets, problems = _targets(nb, name)
+    assert not problems, "\n".join(problems)
+    cut, kept = notebook_slice.cut(nb, targets)
+    NotebookClient(cut, timeout=600, kernel_name="python3", store_widget_state=False,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    shown_by = {i: cut.cells[kept.index(i)] for i in targets}
+    for (piece, then), i in zip(CELLS[name], targets):
+        shown = _output_text(shown_by[i])
         for what in (GPU_NAME, DRIVER, DATE[:10]) + ((then, "now, ") if then else ()):
             if what not in shown:
                 problems.append(f"cell with {piece!r} does not show {what!r}: {shown[:300]!r}")
