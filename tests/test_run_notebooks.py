@@ -138,8 +138,8 @@ def test_a_cell_timeout_is_one_line(tmp_path):
     keeps its first line. The kernel's own log (its shutdown, here) is not the cause."""
     slow = _notebook(tmp_path / "04_slow.ipynb", "import time\n# a long comment line\n"
                      "time.sleep(120)")
-    ok, seconds, error = run_notebooks.run_notebook(slow, tmp_path / "out", timeout=2)
-    assert not ok and seconds < 60  # stopped at the timeout, with the kernel's start and end
+    ok, _, error = run_notebooks.run_notebook(slow, tmp_path / "out", timeout=2)
+    assert not ok   # stopped at the 2 s timeout (the message below says so), not after the sleep
     first, *rest = error.splitlines()
     assert first.startswith("CellTimeoutError: ") and "sleep" not in first
     assert first == "CellTimeoutError: A cell timed out while it was being executed, after 2 " \

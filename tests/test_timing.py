@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
+import timeit
 
 import numpy as np
 import pytest
@@ -14,59 +12,48 @@ from conftest import simulator_only
 
 
 class FakeStream:
-    """An asynchronous fake device: like a CUDA stream, work runs in order on a background
-    thread while the caller goes on. ``launch`` queues ``delay_s`` of work and returns at once;
-    ``sync`` waits until everything queued has finished (``torch.cuda.synchronize``)."""
+    """An asynchronous fake device with its own clock, which only it moves (planted as the
+    timer's clock, ``timeit.default_timer``): like a CUDA stream, work runs in order on the
+    device while the caller goes on. ``launch`` queues ``delay_s`` of device work and costs the
+    caller ``LAUNCH_S``; ``sync`` waits until everything queued has finished
+    (``torch.cuda.synchronize``); ``work`` is ``seconds`` of the caller's own work. With no
+    thread, sleep or real clock, every timing below is exact whatever else the machine does."""
+
+    LAUNCH_S = 1e-6
 
     def __init__(self, delay_s: float):
         self.delay_s = delay_s
+        self.now = 0.0
         self.launches = 0
         self.syncs = 0
-        self.completed = 0
-        self._queue: queue.Queue = queue.Queue()
-        self._cancelled = False
-        self._worker = threading.Thread(target=self._run, daemon=True)
-        self._worker.start()
+        self._ends: list[float] = []   # when each launched piece of work finishes
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                if not self._cancelled:
-                    time.sleep(self.delay_s)
-                    self.completed += 1
-            finally:
-                self._queue.task_done()
+    def clock(self) -> float:
+        return self.now
+
+    @property
+    def completed(self) -> int:
+        return sum(end <= self.now for end in self._ends)
 
     def launch(self) -> None:
         self.launches += 1
-        self._queue.put(True)
+        start = max([self.now, *self._ends[-1:]])
+        self._ends.append(start + self.delay_s)
+        self.now += self.LAUNCH_S
 
     def sync(self) -> None:
         self.syncs += 1
-        self._queue.join()
+        self.now = max([self.now, *self._ends[-1:]])
 
-    def close(self) -> None:
-        """Drop queued work and stop the worker."""
-        self._cancelled = True
-        self._queue.put(None)
-        self._worker.join(timeout=30)
-        assert not self._worker.is_alive()
+    def work(self, seconds: float) -> None:
+        self.now += seconds
 
 
 @pytest.fixture
-def stream():
+def stream(monkeypatch):
     s = FakeStream(0.02)
-    yield s
-    s.close()
-
-
-def _busy(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    monkeypatch.setattr(timeit, "default_timer", s.clock)
+    return s
 
 
 def test_summary_statistics_are_consistent(rng):
@@ -93,17 +80,17 @@ def test_label_defaults_to_function_name():
     assert timing.benchmark(my_call, min_run_time=0.005).label == "my_call"
 
 
-def test_measures_a_known_duration():
-    t = timing.benchmark(_busy, 0.004, min_run_time=0.03, warmup=0)
-    assert 0.004 <= t.median_s < 0.02
+def test_measures_a_known_duration(stream):
+    t = timing.benchmark(stream.work, 0.004, min_run_time=0.03, warmup=0)
+    assert t.median_s == pytest.approx(0.004) and t.min_s == pytest.approx(0.004)
     assert t.repeats >= 2
 
 
-def test_slow_call_is_still_measured_twice():
+def test_slow_call_is_still_measured_twice(stream):
     # a call longer than min_run_time: blocked_autorange collects one block, benchmark adds one
-    t = timing.benchmark(_busy, 0.012, min_run_time=0.005, warmup=0)
+    t = timing.benchmark(stream.work, 0.012, min_run_time=0.005, warmup=0)
     assert t.repeats >= 2
-    assert t.min_s >= 0.012
+    assert t.min_s == pytest.approx(0.012) and t.max_s == pytest.approx(0.012)
 
 
 def test_args_kwargs_and_warmup_calls():
@@ -157,21 +144,17 @@ def test_device_label():
 
 
 def test_fake_stream_is_asynchronous(stream):
-    start = time.perf_counter()
     stream.launch()
-    returned = time.perf_counter() - start
-    stream.sync()
-    finished = time.perf_counter() - start
-    assert returned < 0.005 <= 0.018 <= finished
-    assert stream.completed == 1
+    stream.launch()
+    assert stream.now == pytest.approx(2 * stream.LAUNCH_S) and stream.completed == 0
+    stream.sync()   # the two run one after the other
+    assert stream.now == pytest.approx(0.04) and stream.completed == 2
 
 
 def test_benchmark_waits_for_asynchronous_work(stream):
     t = timing.benchmark(stream.launch, sync=stream.sync, min_run_time=0.05, warmup=1)
-    # every timed call's 20 ms of work is inside the measurement
-    assert t.median_s >= 0.018
-    assert t.min_s >= 0.018
-    assert t.median_s < 0.2
+    # every timed call's 20 ms of work is inside the measurement, and nothing else
+    assert t.min_s == pytest.approx(0.02) and t.max_s == pytest.approx(0.02)
     # sync was called before reading the clock: at least twice per measurement
     assert stream.syncs >= 2 * t.repeats
     assert stream.completed == stream.launches  # nothing left running when it returned
@@ -180,13 +163,13 @@ def test_benchmark_waits_for_asynchronous_work(stream):
 def test_without_waiting_the_same_work_looks_instant(stream):
     # the control: if the timer did not synchronise, it would measure only the launch
     t = timing.benchmark(stream.launch, sync=lambda: None, min_run_time=0.01, warmup=1)
-    assert t.median_s < 0.002
+    assert t.median_s == pytest.approx(stream.LAUNCH_S)
     assert stream.completed < stream.launches
 
 
 def test_default_cpu_sync_does_not_wait(stream):
     t = timing.benchmark(stream.launch, device="cpu", min_run_time=0.01, warmup=1)
-    assert t.median_s < 0.002
+    assert t.median_s == pytest.approx(stream.LAUNCH_S)
     assert stream.syncs == 0
 
 
