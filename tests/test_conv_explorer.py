@@ -308,3 +308,14 @@ def test_bad_constructor_arguments_raise():
         widgets.ConvExplorer(k=99, measure=False, use_figurewidget=False)
     with pytest.raises(TypeError, match="worker"):
         widgets.ConvExplorer(worker="fast", measure=False, use_figurewidget=False)
+
+
+def test_quartile_bars_reach_the_quartiles_and_never_below_zero():
+    rows = [{"median_ms": 2.0, "q1_ms": 1.5, "q3_ms": 4.0},                 # skewed: 0.5 down, 2 up
+            {"median_ms": 1.0, "q1_ms": None, "q3_ms": None, "iqr_ms": 6.0},  # recorded: IQR only
+            {"median_ms": 1.0, "iqr_ms": None}]
+    up, down = style.quartile_bars(rows, "median_ms", "q1_ms", "q3_ms", "iqr_ms")
+    assert up == [2.0, 3.0, 0.0] and down == [0.5, 1.0, 0.0]
+    up_ms, _ = style.quartile_bars([{"m": 0.002, "a": 0.001, "b": 0.003}], "m", "a", "b", "i",
+                                   scale=1e3)
+    assert up_ms == [pytest.approx(1.0)]

@@ -187,3 +187,10 @@ def test_cpu_timing_runs_torch_with_its_own_thread_count():
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {wanted}
+
+
+def test_quartiles_of_the_per_call_times():
+    assert timing.quartiles([3.0, 1.0, 2.0, 5.0, 4.0]) == (2.0, 4.0)   # inclusive method
+    assert timing.quartiles([7.0]) == (7.0, 7.0)
+    with pytest.raises(ValueError, match="times_s"):
+        timing.quartiles([])

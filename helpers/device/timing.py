@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from helpers.device import backend
@@ -206,12 +206,28 @@ def _synced_blocks(call: Callable[[], None], sync: Callable[[], None], min_run_t
     return times, number
 
 
+def quartiles(times_s: Sequence[float]) -> tuple[float, float]:
+    """First and third quartile of per-call times (inclusive method; both the one time when
+    there is one), in the unit given.
+
+    Raises:
+        ValueError: ``times_s`` is empty.
+    """
+    ordered = sorted(times_s)
+    if not ordered:
+        raise ValueError("times_s must hold at least one time")
+    if len(ordered) < 2:
+        return ordered[0], ordered[0]
+    q = statistics.quantiles(ordered, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def _summarise(label: str, device: str, times: list[float], calls: int,
                meaningful: bool) -> Timing:
     ordered = sorted(times)
     if len(ordered) >= 4:
-        q = statistics.quantiles(ordered, n=4, method="inclusive")
-        iqr = q[2] - q[0]
+        q1, q3 = quartiles(ordered)
+        iqr = q3 - q1
     else:
         iqr = 0.0
     return Timing(

@@ -11,13 +11,12 @@ starting thread pools), so that no point pays for it.
 from __future__ import annotations
 
 import math
-import statistics
 
 import torch
 
 from helpers.conv import STRATEGIES, ConvConfig, config_for, conv2d, conv2d_backward
 from helpers.device import backend
-from helpers.device.timing import benchmark
+from helpers.device.timing import benchmark, quartiles
 from helpers.experiments import sweep, throughput
 from helpers.experiments.throughput_calls import make_call, row
 
@@ -54,15 +53,6 @@ def warm_up() -> None:
             torch.cuda.synchronize()
 
 
-def _quartiles_ms(times_s) -> tuple[float, float]:
-    """First and third quartile of per-call times, in ms (both the median for one time)."""
-    ordered = sorted(times_s)
-    if len(ordered) < 2:
-        return ordered[0] * 1e3, ordered[0] * 1e3
-    q = statistics.quantiles(ordered, n=4, method="inclusive")
-    return q[0] * 1e3, q[2] * 1e3
-
-
 def conv_point(cfg: ConvConfig, strategy: str, device: str, backward: bool,
                min_run_time: float, measure_memory: bool, passes: int = 1) -> dict:
     """One strategy on one layer: the row of :func:`helpers.experiments.sweep.measure`
@@ -77,7 +67,8 @@ def conv_point(cfg: ConvConfig, strategy: str, device: str, backward: bool,
         if out["status"] != "ok":
             break
     times = out.pop("times_s", None)
-    out["q1_ms"], out["q3_ms"] = _quartiles_ms(times) if times else (None, None)
+    q1, q3 = quartiles(times) if times else (None, None)
+    out["q1_ms"], out["q3_ms"] = (q1 * 1e3, q3 * 1e3) if times else (None, None)
     return out
 
 
@@ -89,6 +80,5 @@ def throughput_point(experiment: str, op: str, name: str, device: str, dtype: st
     timing = benchmark(make_call(experiment, op, name, n, dtype, device), device=device,
                        label=f"{name} {op} n={n}", warmup=1, min_run_time=min_run_time)
     out = row(experiment, op, name, device, dtype, n, timing)
-    q1, q3 = _quartiles_ms(timing.times_s)
-    out["q1_s"], out["q3_s"] = q1 / 1e3, q3 / 1e3
+    out["q1_s"], out["q3_s"] = quartiles(timing.times_s)
     return out

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from helpers.figures.style import COLORS, DASHES, color_for, layout, value
+from helpers.figures.style import COLORS, DASHES, color_for, layout, quartile_bars, value
 
 
 def _groups(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
@@ -55,30 +55,13 @@ def throughput_figure(rows: Sequence[dict], peaks: Iterable[tuple[str, float]] =
     return layout(fig, title, "elements (n)", "memory throughput (GB/s)")
 
 
-def _quartile_bars_ms(rows: Sequence[dict]) -> tuple[list[float], list[float]]:
-    """(up, down) error bars in ms reaching each row's third and first quartile; rows without
-    quartiles (recorded runs keep only the IQR) get half the IQR each way, cut at zero."""
-    up, down = [], []
-    for r in rows:
-        median = float(r["median_s"])
-        if r.get("q1_s") is not None and r.get("q3_s") is not None:
-            up.append(max(0.0, r["q3_s"] - median) * 1e3)
-            down.append(max(0.0, median - r["q1_s"]) * 1e3)
-        else:
-            iqr = float(r.get("iqr_s", "nan"))
-            half = iqr / 2 if math.isfinite(iqr) else 0.0
-            up.append(half * 1e3)
-            down.append(min(half, median) * 1e3)
-    return up, down
-
-
 def runtime_figure(rows: Sequence[dict], x_title: str = "size",
                    title: str = "Runtime per call") -> go.Figure:
     """Median milliseconds per call against size, one line per (backend, device, dtype), the
     error bars from the first to the third quartile of the timed calls."""
     fig = go.Figure()
     for (backend, device, source, dtype, _op), g in _groups(rows).items():
-        up, down = _quartile_bars_ms(g)
+        up, down = quartile_bars(g, "median_s", "q1_s", "q3_s", "iqr_s", scale=1e3)
         fig.add_trace(go.Scatter(
             x=[r["size"] for r in g], y=[r["median_s"] * 1e3 for r in g], mode="lines+markers",
             error_y=dict(type="data", symmetric=False, array=up, arrayminus=down, visible=True,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from helpers.figures.style import color_for, value
+from helpers.figures.style import color_for, quartile_bars, value
 
 SWEEP_AXES = {"batch": "batch b", "input": "input size i (pixels)", "filters": "filters f",
               "kernel": "kernel size k (pixels)", "stride": "stride s", "table1": "Table I layer"}
@@ -110,29 +110,12 @@ def _bar_layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
     return fig
 
 
-def _quartile_bars(rows: list[dict]) -> tuple[list[float], list[float]]:
-    """(up, down) error-bar lengths reaching the third and first quartile of each row; rows
-    without quartiles (recorded sweeps keep only the IQR) get half the IQR each way, cut at
-    zero time."""
-    up, down = [], []
-    for r in rows:
-        median = r["median_ms"]
-        if r.get("q1_ms") is not None and r.get("q3_ms") is not None:
-            up.append(max(0.0, r["q3_ms"] - median))
-            down.append(max(0.0, median - r["q1_ms"]))
-        else:
-            half = (r.get("iqr_ms") or 0.0) / 2
-            up.append(half)
-            down.append(min(half, median))
-    return up, down
-
-
 def layer_runtime_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:
     """One bar per strategy: median ms of one call on one layer, the error bar from the first
     to the third quartile of the timed calls (the live explorer's chart; rows of
     :func:`helpers.experiments.live.conv_point`)."""
     names = [r["strategy"] for r in rows]
-    up, down = _quartile_bars(rows)
+    up, down = quartile_bars(rows, "median_ms", "q1_ms", "q3_ms", "iqr_ms")
     fig = go.Figure(go.Bar(
         x=names, y=[r["median_ms"] for r in rows], name="median time",
         marker_color=[color_for(n) for n in names],

@@ -160,3 +160,23 @@ def list_html(title: str, items: list[str], kind: str = "info") -> str:
     lines = "".join(f"<li>{html.escape(item)}</li>" for item in items)
     return (f"<div style='padding:0.6em;border-left:4px solid {color};color:{color}'>"
             f"{html.escape(title)}<ul style='margin:0.3em 0 0 0'>{lines}</ul></div>")
+
+
+def quartile_bars(rows: Sequence[dict], median: str, q1: str, q3: str, iqr: str,
+                  scale: float = 1.0) -> tuple[list[float], list[float]]:
+    """(up, down) error-bar lengths from each row's ``median`` to its third and first quartile
+    (keys ``q3`` and ``q1``), times ``scale``; never below zero. Rows without quartiles
+    (recorded runs keep only the interquartile range, key ``iqr``) get half of it each way,
+    cut at zero time; rows without either get no bar."""
+    up, down = [], []
+    for r in rows:
+        m = float(r[median])
+        if r.get(q1) is not None and r.get(q3) is not None:
+            up.append(max(0.0, float(r[q3]) - m) * scale)
+            down.append(max(0.0, m - float(r[q1])) * scale)
+        else:
+            spread = float(r[iqr]) if r.get(iqr) not in (None, "") else math.nan
+            half = spread / 2 if math.isfinite(spread) else 0.0
+            up.append(half * scale)
+            down.append(min(half, m) * scale)
+    return up, down
