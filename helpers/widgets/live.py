@@ -162,8 +162,8 @@ class _Explorer:
         static copy of what it shows now (:meth:`snapshot_figures`) in HTML and plain text."""
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
         where = f" ({self.made_on})" if self.made_on else ""
-        note = (f"A static copy of the explorer at the settings it started with{where}: run "
-                "the notebook to move its controls.")
+        note = (f"A static copy of what the explorer showed when this output was made{where}: "
+                "run the notebook to move its controls.")
         figures = self.snapshot_figures()
         bundle["text/html"] = static_html(note, figures)
         bundle["text/plain"] = "\n".join(
