@@ -119,7 +119,7 @@ def test_the_book_draws_the_explorers_static_charts(tmp_path):
     for page in pages:
         text = (tmp_path / "book" / page.href).read_text(encoding="utf-8")
         assert book.WIDGET_NOTE in text, page.href
-        assert "A static copy of the explorer" in text, page.href
+        assert "A static copy of what the explorer showed" in text, page.href
         assert "workbook-static-chart" not in text, page.href  # re-drawn by the book
         assert text.count('class="plotly-graph-div"') >= page.charts, page.href
 
