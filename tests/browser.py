@@ -162,9 +162,16 @@ class LabServer:
         so that Playwright keeps serving the page's routed requests meanwhile."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}",
-                                        timeout=10) as r:
-                kernels = json.load(r)
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}",
+                                            timeout=10) as r:
+                    kernels = json.load(r)
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:
+                    raise
+                # the server lists a kernel that is still starting as an error: ask again
+                pause(0.5)
+                continue
             if (len(kernels) == 1 and kernels[0]["execution_state"] == "idle"
                     and kernels[0]["connections"] >= 1):
                 return
