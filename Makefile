@@ -20,7 +20,7 @@ help:
 	@echo "make test-fast  the tests without the browser and without executing notebooks (for iterating)"
 	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
-	@echo "make gpu-reference  on an NVIDIA GPU: record every GPU reference into results/ (about 20 min)"
+	@echo "make gpu-reference  on an NVIDIA GPU: record the GPU references, most needed first, within ARGS=\"--budget-s N\" (480 s) into build/gpu-reference/"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
 	@echo "make outputs re-execute the notebooks, labs and solutions in place, refreshing stored outputs"
 	@echo "make book    render the notebooks and labs (stored outputs) as HTML into build/book/"
@@ -61,11 +61,13 @@ test-gpu: env
 	sys.exit(0 if b.MODE == 'gpu' else 'make test-gpu needs an NVIDIA GPU that Numba can use (without one, run make test): ' + b.MODE_REASON)"
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest --nbval-lax
 
-# On a GPU machine: every measurement the notebooks read from results/, in one run of about 20
-# minutes, resumable, with a summary and one archive (helpers/experiments/gpu_reference.py). It
-# needs only python3 with numpy, numba, numba-cuda and torch, so it uses the workbook's
-# environment when there is one and the machine's python3 otherwise. ARGS="--dry-run" tries the
-# same path on a CPU at tiny sizes; ARGS="--list" prints the parts.
+# On a GPU machine: the measurements the notebooks read from results/, most needed first, in one
+# process that ends within its budget (ARGS="--budget-s N", default 480), leaving in --out
+# (default build/gpu-reference/) only a summary and one archive, rewritten after every part
+# (helpers/experiments/gpu_reference.py). It needs only python3 with numpy, numba, numba-cuda
+# and torch, so it uses the workbook's environment when there is one and the machine's python3
+# otherwise. ARGS="--dry-run" tries the same path on a CPU at tiny sizes; ARGS="--list" prints
+# the parts and their tiers; ARGS="--resume" keeps what an earlier run in --out recorded.
 gpu-reference:
 	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m helpers.experiments.gpu_reference $(ARGS)
 

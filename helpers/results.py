@@ -21,7 +21,12 @@ import tempfile
 
 from helpers.device import backend
 
-__all__ = ["RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded", "slug"]
+__all__ = ["REFUSED", "RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded",
+           "slug"]
+
+#: Exit status of a recording command that has nothing to measure on this machine (a GPU-only
+#: command without a GPU), as distinct from a failure (1) and from bad arguments (2).
+REFUSED = 3
 
 #: The repository's ``results/`` folder, or the folder the environment variable
 #: ``WORKBOOK_RESULTS`` names.

@@ -416,7 +416,7 @@ def test_command_line_on_the_cpu(tmp_path, capsys):
     assert ac.main(["--device", "cpu", "--layers", "Conv5", "--batch", "1"]) == 0
     out = capsys.readouterr().out
     assert "Conv5" in out and "forward" in out
-    assert ac.main(["--device", "cpu", "--save", "--out", str(tmp_path)]) == 1
+    assert ac.main(["--device", "cpu", "--save", "--out", str(tmp_path)]) == results.REFUSED
     assert "nothing was saved" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
@@ -426,7 +426,7 @@ def test_command_line_cuda_without_a_gpu(tmp_path, capsys, monkeypatch):
     assert ac.main(["--device", "cuda", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "not measured: no CUDA GPU" in out and ac.COMMAND in out
-    assert ac.main(["--device", "cuda", "--save", "--out", str(tmp_path)]) == 1
+    assert ac.main(["--device", "cuda", "--save", "--out", str(tmp_path)]) == results.REFUSED
     assert list(tmp_path.iterdir()) == []
 
 

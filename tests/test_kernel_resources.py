@@ -101,10 +101,10 @@ def test_a_recorded_resource_table_is_read_and_labelled(tmp_path, monkeypatch):
 @simulator_only
 def test_command_line_without_a_gpu(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
-    assert kr.main([]) == 1
+    assert kr.main([]) == results.REFUSED
     out = capsys.readouterr().out
     assert "no CUDA GPU" in out and "kernel_resources --save" in out
-    assert kr.main(["--save"]) == 1
+    assert kr.main(["--save"]) == results.REFUSED
     assert not list(tmp_path.iterdir())
 
 
@@ -199,7 +199,7 @@ def test_occupancy_calculation_matches_the_driver():
 @simulator_only
 def test_command_line_save_without_a_gpu_writes_nothing_into_out(capsys, tmp_path):
     out_dir = tmp_path / "out"
-    assert kr.main(["--save", "--out", str(out_dir)]) == 1
+    assert kr.main(["--save", "--out", str(out_dir)]) == results.REFUSED
     assert capsys.readouterr().out.startswith("nothing saved: no CUDA GPU")
     assert not out_dir.exists()
 

@@ -197,7 +197,7 @@ def test_command_line_without_a_gpu(capsys, monkeypatch, tmp_path):
     out = capsys.readouterr().out
     assert "load efficiency" in out and "32-way" in out and "50.0%" in out
     assert "memory_access --save" in out
-    assert ma.main(["--save"]) == 1
+    assert ma.main(["--save"]) == results.REFUSED
     assert "nothing saved: no CUDA GPU" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
 
@@ -236,7 +236,7 @@ def test_gpu_timings_are_saved_and_read_back(tmp_path):
 @simulator_only
 def test_command_line_save_without_a_gpu_returns_1_at_once(capsys, tmp_path):
     out_dir = tmp_path / "out"
-    assert ma.main(["--save", "--out", str(out_dir)]) == 1
+    assert ma.main(["--save", "--out", str(out_dir)]) == results.REFUSED
     out = capsys.readouterr().out
     assert out.startswith("nothing saved: no CUDA GPU")
     assert "load efficiency" not in out  # the simulator's explanations are not run first

@@ -369,7 +369,7 @@ def test_command_line_refuses_an_unwritable_out_folder(tmp_path, capsys):
 
 @simulator_only
 def test_command_line_without_a_gpu(tmp_path, capsys):
-    assert P.main(["--save", "--out", str(tmp_path)]) == 1
+    assert P.main(["--save", "--out", str(tmp_path)]) == results.REFUSED
     assert "nothing saved" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
     assert P.main(["--quick", "--out", str(tmp_path)]) == 0

@@ -334,7 +334,7 @@ def test_command_line_without_a_gpu(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not measured: no CUDA GPU" in out and "ESTIMATE" in out and "Conv5" in out
     assert "nothing recorded in results/ yet" in out and transfers.COMMAND in out
-    assert transfers.main(["--save", "--out", str(tmp_path)]) == 1
+    assert transfers.main(["--save", "--out", str(tmp_path)]) == results.REFUSED
     assert "nothing was saved" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
 
@@ -496,7 +496,7 @@ def test_measure_without_deadline_skips_nothing():
 
 @simulator_only
 def test_command_line_save_without_a_gpu_returns_1_at_once(tmp_path, capsys):
-    assert transfers.main(["--save", "--out", str(tmp_path), "--time-limit", "30"]) == 1
+    assert transfers.main(["--save", "--out", str(tmp_path), "--time-limit", "30"]) == results.REFUSED
     out = capsys.readouterr().out
     assert "not measured: no CUDA GPU" in out and "nothing was saved" in out
     assert "ESTIMATE" not in out  # nothing else is run first

@@ -544,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.algorithm_choice [--device D] [--batch N] [--layers L]
     [--backward] [--strategies S] [--save] [--out DIR] [--time-limit S]``: print the choices;
     ``--save`` writes GPU rows to ``<out>/algorithm_choice_<gpu>.csv`` + ``.json``. Returns 0;
-    1 for ``--save`` without a GPU (nothing is measured then); bad arguments exit with 2."""
+    3 (:data:`helpers.results.REFUSED`) for ``--save`` without a GPU (nothing is measured then);
+    bad arguments exit with 2."""
     start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.algorithm_choice",
                                      description=__doc__.split("\n\n")[0])
@@ -574,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.save and (args.device != "cuda" or reason):
         print(reason or "--save records GPU rows: run it with --device cuda on a GPU")
         print("--save: nothing was measured, so nothing was saved")
-        return 1
+        return results.REFUSED
     if reason:
         rec = recorded(args.out)
         print(reason, format_table(rec.rows) if rec else "", rec.note, sep="\n")

@@ -1,53 +1,72 @@
-"""Record every GPU reference measurement in one command: ``make gpu-reference``.
+"""Record the GPU reference measurements within one deadline: ``make gpu-reference``.
 
-``python -m helpers.experiments.gpu_reference`` runs each recording command of the workbook
-(:data:`PARTS`) in its own process, within its time budget, writes the results and a summary
-(``gpu_reference_<gpu>``) to ``results/``, packs them into one archive, and prints the headline
-ratios last (:mod:`helpers.experiments.gpu_reference_summary`). A second run resumes: parts
-recorded earlier are kept, failed or skipped ones run again. ``--dry-run`` runs the same path
-on a CPU at tiny sizes into a scratch folder, never ``results/``. It needs only python3,
-numpy, numba, numba-cuda and torch (psutil, tqdm, nvidia-ml-py, torchvision when present).
+``python -m helpers.experiments.gpu_reference --out DIR --budget-s N`` runs the workbook's
+recording commands (:data:`PARTS`, most needed first) one after another in one measuring
+process, so that torch, Numba and the compiled kernels are loaded once, and ends within N
+seconds. After every part DIR holds the summary (``gpu_reference_<gpu>.csv`` and ``.json``)
+and one archive of everything recorded so far (``.tar.gz``, members named ``results/...``):
+a kill loses at most the part in progress. SIGTERM or SIGINT stops that part, packs and
+prints the headline, which is always printed last. ``--resume`` keeps what an earlier run in
+DIR recorded. ``--dry-run`` runs the same path on a CPU at tiny sizes. It needs only python3
+with numpy, numba, numba-cuda and torch (psutil, tqdm, nvidia-ml-py, torchvision when there).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import os
 import pathlib
-import subprocess
+import shutil
+import signal
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 
 from helpers import results
 from helpers.device import backend
+from helpers.device.worker import Worker
 from helpers.experiments import gpu_reference_summary as summary
 
 __all__ = [
     "ARCHIVE_LIMIT_BYTES",
+    "DEFAULT_BUDGET_S",
     "DRY_RUN_DIR",
+    "OUT_DIR",
     "PARTS",
     "PREFIX",
+    "REFUSED",
     "Part",
     "gpu_refusal",
     "main",
+    "new_worker",
     "plan",
     "run",
 ]
 
-#: File-name prefix of the run's summary (one row per part) in the output folder.
+#: File-name prefix of the run's summary (one row per part) and archive.
 PREFIX = "gpu_reference_"
 
 #: The archive must come back from a remote machine: it stays under this size.
 ARCHIVE_LIMIT_BYTES = 16 * 2**20
 
-#: Where ``--dry-run`` writes unless told otherwise (never ``results/``).
-DRY_RUN_DIR = pathlib.Path(__file__).resolve().parents[2] / "build" / "gpu-reference-dry-run"
+#: The whole run's default deadline (s): one 10-minute remote command, with margin.
+DEFAULT_BUDGET_S = 480.0
+
+#: Exit status of a recording command that has nothing to measure here (no GPU), as distinct
+#: from a failure (1) and from bad arguments (2).
+REFUSED = results.REFUSED
+
+#: What the measuring process runs: the preflight and the parts (by name, for the worker).
+_IN_PROCESS = "helpers.experiments.gpu_reference_process"
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+#: Where the run writes unless told otherwise; a dry run never writes to results/.
+OUT_DIR = _ROOT / "build" / "gpu-reference"
+DRY_RUN_DIR = _ROOT / "build" / "gpu-reference-dry-run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +76,13 @@ class Part:
     Attributes:
         name: short name (``--parts`` takes these).
         what: one line for the summary.
-        module: the command's module under ``helpers.experiments``.
+        module: the command's module; its ``main(argv)`` returns an exit status.
         args: its arguments on a GPU; ``{out}``, ``{limit}`` and ``{slug}`` are filled in.
         dry_args: its arguments for ``--dry-run`` (tiny sizes on the CPU).
-        budget_s: seconds it may take on an H100, start-up included.
-        gpu_only: measures nothing without a GPU (the dry run expects its refusal, exit 1).
+        budget_s: seconds it may take on an H100.
+        tier: 1 for what the headline and the notebooks' GPU-only cells need, 2 for the rest.
+        gpu_only: measures nothing without a GPU (in a dry run it refuses, exit :data:`REFUSED`).
+        needs_numba: launches our Numba kernels (skipped when the preflight's kernel fails).
         time_limited: takes ``--time-limit`` and stops itself in time (else it is killed).
     """
 
@@ -71,64 +92,74 @@ class Part:
     args: tuple[str, ...]
     dry_args: tuple[str, ...]
     budget_s: float
+    tier: int
     gpu_only: bool = False
+    needs_numba: bool = True
     time_limited: bool = True
 
 
 _OUT, _LIMIT = ("--out", "{out}"), ("--time-limit", "{limit}")
+_X = "helpers.experiments."
 
-#: The parts, in the order they run: cheap and most read first, the long sweep last.
+#: The parts, in the order they run: tier one (the headline and the notebooks' GPU-only cells)
+#: first, then the rest.
 PARTS: tuple[Part, ...] = (
     Part("throughput", "notebook 01: GB/s and GFLOP/s sweeps, our tiled GEMM vs cuBLAS",
-         "throughput", (*_OUT, "--devices", "cuda", *_LIMIT),
-         (*_OUT, "--devices", "cpu", "--quick", *_LIMIT), 100),
+         _X + "throughput", (*_OUT, "--devices", "cuda", *_LIMIT),
+         (*_OUT, "--devices", "cpu", "--quick", *_LIMIT), 80, 1),
     Part("conv-b128", "Table I, every strategy, forward and forward+backward, batch 128",
-         "conv_bench", ("--batch", "128", "--device", "cuda", "--save", *_OUT, *_LIMIT),
-         ("--quick", "--batch", "2", "--device", "cpu", "--save", *_OUT, *_LIMIT), 150),
-    Part("conv-b1", "Table I, every strategy, forward and forward+backward, batch 1",
-         "conv_bench", ("--batch", "1", "--device", "cuda", "--save", *_OUT, *_LIMIT),
-         ("--quick", "--batch", "1", "--device", "cpu", "--save", *_OUT, *_LIMIT), 60),
+         _X + "conv_bench", ("--batch", "128", "--device", "cuda", "--save", *_OUT, *_LIMIT),
+         ("--quick", "--batch", "2", "--device", "cpu", "--save", *_OUT, *_LIMIT), 130, 1),
     Part("kernel-resources", "notebook 07: our kernels' registers, shared memory, occupancy",
-         "kernel_resources", ("--save", *_OUT), ("--save", *_OUT), 30, gpu_only=True,
+         _X + "kernel_resources", ("--save", *_OUT), ("--save", *_OUT), 30, 1, gpu_only=True,
          time_limited=False),
     Part("memory-access", "notebook 07: coalescing, bank conflicts, divergence (timed)",
-         "memory_access", ("--save", *_OUT), ("--save", *_OUT), 45, gpu_only=True,
+         _X + "memory_access", ("--save", *_OUT), ("--save", *_OUT), 40, 1, gpu_only=True,
          time_limited=False),
     Part("transfers", "notebook 08: copy bandwidth, overlap, copy share (Figure 7)",
-         "transfers", ("--save", *_OUT, *_LIMIT), ("--save", *_OUT, *_LIMIT), 75,
-         gpu_only=True),
-    Part("phases", "cuDNN's kernels per Table I layer; im2col and FFT steps (Figure 4)",
-         "phases", ("--save", *_OUT), ("--quick", "--save", *_OUT), 40, time_limited=False),
-    Part("hotspots", "notebook 02: time per layer type in four networks (Figure 2)",
-         "hotspots", ("--model", "all", "--save", *_OUT, *_LIMIT),
-         ("--model", "overfeat", "--device", "cpu", "--batch", "1", "--input", "71",
-          "--iterations", "1", "--threads", "1", "--save", *_OUT, *_LIMIT), 120),
-    Part("training", "notebook 09: training throughput, workers, depth, precision",
-         "training_throughput", ("--save", *_OUT, *_LIMIT),
-         ("--quick", "--save", *_OUT, *_LIMIT), 150),
+         _X + "transfers", ("--save", *_OUT, *_LIMIT), ("--save", *_OUT, *_LIMIT), 60, 1,
+         gpu_only=True, needs_numba=False),
     Part("precision", "notebook 10: GEMM and convolution in FP32, TF32, BF16, FP16: speed, error",
-         "precision", ("--save", *_OUT, *_LIMIT), ("--save", *_OUT, *_LIMIT), 45,
-         gpu_only=True),
+         _X + "precision", ("--save", *_OUT, *_LIMIT), ("--save", *_OUT, *_LIMIT), 40, 1,
+         gpu_only=True, needs_numba=False),
+    Part("conv-b1", "Table I, every strategy, forward and forward+backward, batch 1",
+         _X + "conv_bench", ("--batch", "1", "--device", "cuda", "--save", *_OUT, *_LIMIT),
+         ("--quick", "--batch", "1", "--device", "cpu", "--save", *_OUT, *_LIMIT), 60, 2),
+    Part("phases", "cuDNN's kernels per Table I layer; im2col and FFT steps (Figure 4)",
+         _X + "phases", ("--save", *_OUT), ("--quick", "--save", *_OUT), 40, 2,
+         time_limited=False),
+    Part("hotspots", "notebook 02: time per layer type in four networks (Figure 2)",
+         _X + "hotspots", ("--model", "all", "--save", *_OUT, *_LIMIT),
+         ("--model", "overfeat", "--device", "cpu", "--batch", "1", "--input", "71",
+          "--iterations", "1", "--threads", "1", "--save", *_OUT, *_LIMIT), 120, 2,
+         needs_numba=False),
+    Part("training", "notebook 09: training throughput, workers, depth, precision",
+         _X + "training_throughput", ("--save", *_OUT, *_LIMIT),
+         ("--quick", "--save", *_OUT, *_LIMIT), 150, 2, needs_numba=False),
     Part("algorithm-choice", "notebook 10: cuDNN's algorithm per Table I layer, ours beside it",
-         "algorithm_choice", ("--device", "cuda", "--backward", "--strategies",
-                              "im2col-gemm,fft,winograd", "--save", *_OUT, *_LIMIT),
-         ("--device", "cuda", "--save", *_OUT, *_LIMIT), 60, gpu_only=True),
+         _X + "algorithm_choice", ("--device", "cuda", "--backward", "--strategies",
+                                   "im2col-gemm,fft,winograd", "--save", *_OUT, *_LIMIT),
+         ("--device", "cuda", "--save", *_OUT, *_LIMIT), 60, 2, gpu_only=True),
     Part("parallel", "notebook 11: DDP scaling over ranks, pipeline bubble, all-reduce bandwidth",
-         "parallel", ("--save", *_OUT, *_LIMIT), ("--quick", "--ranks", "2", "--save", *_OUT,
-                                                  *_LIMIT), 80),
+         _X + "parallel", ("--save", *_OUT, *_LIMIT),
+         ("--quick", "--ranks", "2", "--save", *_OUT, *_LIMIT), 80, 2, needs_numba=False),
     Part("sweep", "notebook 06: the study's sweeps (Figures 3 and 5), forward+backward",
-         "sweep", ("--preset", "paper", "--device", "cuda", "--out",
-                   "{out}/sweep_paper_{slug}.csv", *_LIMIT),
+         _X + "sweep", ("--preset", "paper", "--device", "cuda", "--out",
+                        "{out}/sweep_paper_{slug}.csv", *_LIMIT),
          ("--preset", "smoke", "--device", "cpu", "--out", "{out}/sweep_smoke_{slug}.csv",
-          *_LIMIT), 240),
+          *_LIMIT), 240, 2),
 )
 
 #: Budget of every part in a dry run (seconds): tiny sizes on a CPU.
-_DRY_BUDGET_S = 90.0
-#: Seconds a part's own time limit leaves for its start-up and saving.
-_MARGIN_S = 20.0
-#: A part still running this long after its budget is stopped.
-_GRACE_S = 60.0
+_DRY_BUDGET_S = 60.0
+#: Seconds a part's own time limit leaves for its saving.
+_MARGIN_S = 10.0
+#: A part still running this long after its budget is killed.
+_GRACE_S = 20.0
+#: Seconds kept back at the end of the deadline for the summary, the archive and the headline.
+_PACK_S = 10.0
+#: The preflight's own limit (s), the measuring process's start not counted.
+_PREFLIGHT_S = 20.0
 
 
 def gpu_refusal() -> str | None:
@@ -139,29 +170,13 @@ def gpu_refusal() -> str | None:
             f"{backend.MODE_REASON}. Try the same path on this machine with --dry-run.")
 
 
-def _numba_refusal() -> str | None:
-    """On a GPU, why Numba cannot compile and launch a kernel there (a driver older than its
-    PTX, NVVM missing...: :func:`helpers.device.backend.ptx_check`), or None. Checked once, in
-    seconds, before any part: else each part that launches our kernels fails on its own."""
-    problem = backend.ptx_check()
-    return None if problem is None else (
-        f"make gpu-reference stopped before any part: {problem}")
-
-
-def _device_slug(dry_run: bool) -> str:
-    info = backend.info()
-    if dry_run:
-        return "dry-run-" + results.slug(info.cpu_model or "cpu")
-    return results.slug(info.gpu_name or "gpu")
-
-
 def _fill(args: tuple[str, ...], out: pathlib.Path, limit: float, slug: str) -> list[str]:
     return [a.format(out=out, limit=f"{limit:g}", slug=slug) for a in args]
 
 
 def plan(part: Part, out: pathlib.Path, slug: str, dry_run: bool,
          seconds_left: float) -> tuple[list[str] | None, float, str]:
-    """The command line for ``part``, its time limit (s) and a note, or ``None`` and why not.
+    """The arguments for ``part``'s ``main``, its time (s) and a note; or ``None`` and why not.
 
     A part that does not fit the time left is skipped; one that limits itself
     (``time_limited``) runs with the time left instead, if that is at least half its budget.
@@ -174,198 +189,298 @@ def plan(part: Part, out: pathlib.Path, slug: str, dry_run: bool,
                                   f"{max(seconds_left, 0):.0f} s left of the total")
         budget, note = seconds_left, f"shortened to the {seconds_left:.0f} s left"
     limit = max(budget - _MARGIN_S, budget / 2)
-    args = _fill(part.dry_args if dry_run else part.args, out, limit, slug)
-    return [sys.executable, "-m", f"helpers.experiments.{part.module}", *args], budget, note
+    return _fill(part.dry_args if dry_run else part.args, out, limit, slug), budget, note
 
 
-def _snapshot(folder: pathlib.Path) -> dict[str, float]:
-    return {p.name: p.stat().st_mtime for p in folder.glob("*") if p.suffix in (".csv", ".json")}
+def new_worker():
+    """A measuring process for the parts (:class:`helpers.device.worker.Worker`), which loads
+    the part runner, torch and Numba before it reports ready."""
+    return Worker(warm_up=(_IN_PROCESS, "warm_up"))
 
 
-def _run_logged(cmd: list[str], log: pathlib.Path, timeout_s: float) -> tuple[int | None, str]:
-    """Run ``cmd``, copying its output to this terminal and to ``log`` as it comes; stop it after
-    ``timeout_s``. Returns (exit status or None if stopped, the last lines of its output)."""
-    path = [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(path))
-    tail: collections.deque[str] = collections.deque(maxlen=15)
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                cwd=_ROOT)
 
-        def copy() -> None:
-            for chunk in iter(lambda: os.read(proc.stdout.fileno(), 4096), b""):
-                fh.write(chunk)
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                tail.extend(chunk.decode(errors="replace").replace("\r", "\n").splitlines())
+# ---------------------------------------------------------------------------- the run itself
 
-        reader = threading.Thread(target=copy, daemon=True)
-        reader.start()
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = None
-        reader.join(timeout=10)
-    lines = [line.strip() for line in tail if line.strip()]
-    return code, " | ".join(lines[-3:])
+
+def _data_files(folder: pathlib.Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*")
+            if p.suffix in (".csv", ".json") and not p.name.startswith(PREFIX)}
 
 
 def _part_row(part: Part, status: str, seconds: float, budget: float, code, files, note,
-              out: pathlib.Path | None = None) -> dict:
-    counts = summary.count_rows(files, out)
-    return {"part": part.name, "what": part.what, "status": status,
+              work: pathlib.Path | None = None) -> dict:
+    counts = summary.count_rows(files, work)
+    return {"part": part.name, "tier": part.tier, "what": part.what, "status": status,
             "seconds": round(seconds, 1), "budget_s": round(budget, 1),
             "exit_code": "" if code is None else code, "files": ";".join(files), **counts,
             "note": note}
 
 
-def _previous(out: pathlib.Path, slug: str) -> dict[str, dict]:
+def _unpack(archive: pathlib.Path, work: pathlib.Path) -> None:
+    """An earlier run's archive into ``work`` (its ``results/`` prefix dropped)."""
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            name = pathlib.PurePosixPath(member.name)
+            if member.isfile() and name.parts[0] == "results" and ".." not in name.parts:
+                target = work.joinpath(*name.parts[1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+
+def _earlier(work: pathlib.Path, slug: str) -> dict[str, dict]:
     """Rows of an earlier run's summary whose part finished and whose files are all there."""
     try:
-        ds = results.load(PREFIX + slug, out)
-    except FileNotFoundError:
+        ds = results.load(PREFIX + slug, work)
+    except (FileNotFoundError, ValueError):
         return {}
     kept = {}
     for r in ds.rows:
         files = [f for f in str(r.get("files") or "").split(";") if f]
-        if r["status"] in ("ok", "partial") and all((out / f).exists() for f in files):
+        if r["status"] in ("ok", "partial") and all((work / f).exists() for f in files):
             kept[r["part"]] = dict(r, files=";".join(files))
     return kept
 
 
+def _replace_atomically(source: pathlib.Path, target: pathlib.Path) -> None:
+    partial = target.with_name(target.name + ".partial")
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+
+
+def _pack(out: pathlib.Path, work: pathlib.Path, slug: str, rows: list[dict], meta: dict
+          ) -> pathlib.Path:
+    """Write the summary and the archive of everything in ``work`` into ``out``, each file
+    replaced whole (a kill while packing leaves the previous one).
+
+    Raises:
+        RuntimeError: the archive is over :data:`ARCHIVE_LIMIT_BYTES`.
+    """
+    name = PREFIX + slug
+    results.save(name, rows, directory=work, command="python -m helpers.experiments."
+                 "gpu_reference " + " ".join(sys.argv[1:]),
+                 extra=dict(meta, headline=summary.headline(work, rows)))
+    staged = work.parent / f"{name}.tar.gz"
+    with tarfile.open(staged, "w:gz") as tar:
+        for path in sorted(work.rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname="results/" + path.relative_to(work).as_posix())
+    size = staged.stat().st_size
+    if size > ARCHIVE_LIMIT_BYTES:
+        raise RuntimeError(f"the archive is {size / 2**20:.1f} MiB, over the "
+                           f"{ARCHIVE_LIMIT_BYTES / 2**20:.0f} MiB a remote run can bring back")
+    for suffix in (".csv", ".json"):
+        _replace_atomically(work / f"{name}{suffix}", out / f"{name}{suffix}")
+    _replace_atomically(staged, out / f"{name}.tar.gz")
+    return out / f"{name}.tar.gz"
+
+
+def _outcome_status(outcome, part: Part, files: list[str], dry_run: bool, stopped: bool
+                    ) -> tuple[str, str, int | None]:
+    """(status, note, exit status) of a part from the measuring process's outcome."""
+    if outcome.status == "ok":
+        code = outcome.value
+        status, why = summary.status_of(code, files, dry_run=dry_run, gpu_only=part.gpu_only)
+        return status, why, code
+    if outcome.status == "stopped" or stopped:
+        return "stopped", "stopped by a signal; its files so far are kept", None
+    if outcome.status == "did not finish":
+        return "killed", f"still running {outcome.seconds:.0f} s after it began: killed", None
+    return "crashed", outcome.error[:300], None
+
+
 def run(out: pathlib.Path, *, dry_run: bool = False, parts: list[str] | None = None,
-        total_s: float = 1200.0, redo: bool = False) -> tuple[list[dict], pathlib.Path]:
-    """Run the parts into ``out``; write the summary and the archive.
+        budget_s: float = DEFAULT_BUDGET_S, resume: bool = False, tier: int | None = None,
+        catalogue: tuple[Part, ...] = PARTS, stop: threading.Event | None = None,
+        worker=None) -> tuple[list[dict], pathlib.Path]:
+    """Run the parts, rewriting the summary and archive in ``out`` after each one.
 
     Args:
-        out: folder for every file (``results/``, or a scratch folder for a dry run).
+        out: folder for the summary and the archive (nothing else is written there).
         dry_run: tiny sizes on the CPU (the GPU-only parts are expected to refuse).
-        parts: names from :data:`PARTS` (default all), run in :data:`PARTS`' order.
-        total_s: the time all parts may take together (seconds).
-        redo: run every part again, even those an earlier run in ``out`` recorded.
+        parts: names from ``catalogue``, run in the order named (default: all, in its order).
+        budget_s: seconds for the whole run, from this call to the last archive.
+        resume: keep the parts an earlier run's archive in ``out`` recorded.
+        tier: run only the parts of this tier (1 or 2).
+        catalogue: the parts to choose from (:data:`PARTS`).
+        stop: once set (by a signal), the part in progress is stopped and the run packs.
+        worker: the measuring process to run the parts in (default: :func:`new_worker`,
+            closed at the end).
 
     Returns:
         (one summary row per part, the archive's path).
 
     Raises:
-        ValueError: an unknown part, ``total_s <= 0``, or a dry run aimed at ``results/``.
+        ValueError: an unknown part or tier, ``budget_s`` not > 0, or a dry run aimed at
+            ``results/`` (before anything runs).
     """
-    names = [p.name for p in PARTS]
-    unknown = sorted(set(parts or []) - set(names))
+    begun = time.monotonic()
+    names = [p.name for p in catalogue]
+    unknown = [n for n in parts or [] if n not in names]
     if unknown:
         raise ValueError(f"parts must be among {names}, got {unknown}")
-    if total_s <= 0:
-        raise ValueError(f"total_s must be > 0, got {total_s}")
+    if tier not in (None, 1, 2):
+        raise ValueError(f"tier must be 1 or 2, got {tier!r}")
+    if not budget_s > 0:
+        raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
     out = pathlib.Path(out).resolve()
     if dry_run and out == results.RESULTS_DIR.resolve():
         raise ValueError("a dry run never writes to results/: give it a scratch folder")
+    chosen = ([next(p for p in catalogue if p.name == n) for n in dict.fromkeys(parts)]
+              if parts else list(catalogue))
+    chosen = [p for p in chosen if tier is None or p.tier == tier]
+    deadline = begun + budget_s
+    stop = stop or threading.Event()
     out.mkdir(parents=True, exist_ok=True)
-    logs = out / f"{PREFIX}logs"
-    logs.mkdir(exist_ok=True)
-    slug = _device_slug(dry_run)
-    earlier = {} if redo else _previous(out, slug)
-    chosen = [p for p in PARTS if parts is None or p.name in parts]
-    rows, start = [], time.monotonic()
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix=PREFIX))
+    work = scratch / "results"
+    (work / f"{PREFIX}logs").mkdir(parents=True)
+    own_worker = worker is None
+    if own_worker:
+        worker = new_worker()
+    rows: list[dict] = []
+    try:
+        return _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows)
+    finally:
+        if own_worker:
+            worker.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows):
+    left = lambda: deadline - time.monotonic() - _PACK_S  # noqa: E731
+    meta = {"dry_run": dry_run, "budget_s": budget_s, "complete": False}
+    worker.start_timeout_s = max(1.0, min(300.0, left()))
+    pre = worker.run(_IN_PROCESS, "preflight", dry_run, timeout_s=max(1.0, min(_PREFLIGHT_S,
+                                                                           left())),
+                     cancelled=stop.is_set)
+    if pre.status != "ok":
+        slug = "dry-run" if dry_run else "gpu"
+        flight = {"slug": slug, "lines": [f"preflight: {pre.status} {pre.error}"],
+                  "numba": f"the preflight did not finish ({pre.status})", "cudnn": "?"}
+    else:
+        flight = pre.value
+    slug = flight["slug"]
+    print("\n".join(flight["lines"]), flush=True)
+    meta["preflight"] = flight["lines"]
+    archive = out / f"{PREFIX}{slug}.tar.gz"
+    earlier = {}
+    if resume and archive.exists():
+        _unpack(archive, work)
+        earlier = _earlier(work, slug)
+    logs = work / f"{PREFIX}logs"
     for n, part in enumerate(chosen, 1):
-        head = f"[{n}/{len(chosen)}] {part.name}"
+        head = f"[{n}/{len(chosen)}] {part.name} (tier {part.tier})"
         if part.name in earlier:
             rows.append(dict(earlier[part.name], note="recorded by an earlier run, kept"))
             print(f"{head}: recorded by an earlier run ({earlier[part.name]['status']}), kept",
                   flush=True)
             continue
-        cmd, budget, note = plan(part, out, slug, dry_run, total_s - (time.monotonic() - start))
-        if cmd is None:
+        if stop.is_set():
+            rows.append(_part_row(part, "not run", 0.0, 0.0, None, [], "stopped by a signal"))
+            continue
+        if part.needs_numba and flight["numba"]:
+            rows.append(_part_row(part, "skipped", 0.0, 0.0, None, [],
+                                  f"skipped: {flight['numba']}"))
+            print(f"{head}: skipped, {flight['numba']}", flush=True)
+            continue
+        argv, budget, note = plan(part, work, slug, dry_run, left())
+        if argv is None:
             rows.append(_part_row(part, "skipped", 0.0, budget, None, [], note))
             print(f"{head}: {note}", flush=True)
             continue
-        print(f"{head}: {part.what}; budget {budget:.0f} s\n  $ {' '.join(cmd[1:])}", flush=True)
-        before, t0 = _snapshot(out), time.monotonic()
-        code, tail = _run_logged(cmd, logs / f"{part.name}.log", budget + _GRACE_S)
-        seconds = time.monotonic() - t0
-        after = _snapshot(out)
+        timeout = max(1.0, min(budget + _GRACE_S, left()))
+        print(f"{head}: {part.what}; budget {budget:.0f} s\n  $ python -m {part.module} "
+              + " ".join(argv), flush=True)
+        before = _data_files(work)
+        outcome = worker.run(_IN_PROCESS, "run_part", part.module, argv,
+                             str(logs / f"{part.name}.log"), timeout_s=timeout,
+                             cancelled=stop.is_set)
+        after = _data_files(work)
         files = sorted(f for f, m in after.items() if before.get(f) != m)
-        status, why = summary.status_of(code, files, dry_run=dry_run, gpu_only=part.gpu_only,
-                                        tail=tail)
-        row = _part_row(part, status, seconds, budget, code, files,
-                        "; ".join(filter(None, [note, why])), out)
+        status, why, code = _outcome_status(outcome, part, files, dry_run, stop.is_set())
+        row = _part_row(part, status, outcome.seconds, budget, code, files,
+                        "; ".join(filter(None, [note, why])), work)
         if status == "ok" and row["skipped_for_time"]:
             row["status"] = "partial"
         rows.append(row)
-        print(f"{head}: {row['status']} in {seconds:.0f} s, {len(files)} files"
+        print(f"{head}: {row['status']} in {outcome.seconds:.0f} s, {len(files)} files"
               + (f" ({row['note']})" if row["note"] else ""), flush=True)
-    results.save(PREFIX + slug, rows, directory=out,
-                 command="python -m helpers.experiments.gpu_reference " + " ".join(sys.argv[1:]),
-                 extra={"dry_run": dry_run, "total_budget_s": total_s,
-                        "headline": summary.headline(out, rows)})
-    return rows, _archive(out, slug, rows)
+        archive = _pack(out, work, slug, rows, meta)
+    meta["complete"] = not stop.is_set()
+    return rows, _pack(out, work, slug, rows, meta)
 
 
-def _archive(out: pathlib.Path, slug: str, rows: list[dict]) -> pathlib.Path:
-    """Pack the summary, every part's files and logs into ``gpu_reference_<slug>.tar.gz``,
-    named ``results/...`` inside so that ``tar -xzf`` at the repository's root restores them.
-
-    Raises:
-        RuntimeError: the archive is over :data:`ARCHIVE_LIMIT_BYTES`.
-    """
-    names = {f for r in rows for f in str(r["files"]).split(";") if f}
-    names |= {f"{PREFIX}{slug}.csv", f"{PREFIX}{slug}.json"}
-    path = out / f"{PREFIX}{slug}.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for name in sorted(names):
-            if (out / name).exists():
-                tar.add(out / name, arcname=f"results/{name}")
-        for log in sorted((out / f"{PREFIX}logs").glob("*.log")):
-            tar.add(log, arcname=f"results/{PREFIX}logs/{log.name}")
-    size = path.stat().st_size
-    if size > ARCHIVE_LIMIT_BYTES:
-        raise RuntimeError(f"the archive {path} is {size / 2**20:.1f} MiB, over the "
-                           f"{ARCHIVE_LIMIT_BYTES / 2**20:.0f} MiB a remote run can bring back")
-    return path
+def _print_end(rows: list[dict], out: pathlib.Path, archive: pathlib.Path) -> None:
+    """The archive's place, then the parts and the headline: the headline is printed last."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _unpack(archive, pathlib.Path(tmp))
+        print(f"\narchive: {archive} ({archive.stat().st_size / 2**10:,.0f} KiB): `tar -xzf` "
+              "it at the repository's root to add its files to results/\n")
+        print(summary.format_summary(rows, pathlib.Path(tmp)), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.gpu_reference [--dry-run] [--out DIR] [--parts a,b]
-    [--redo] [--minutes M] [--list]``. Returns 0 when every part ran (or was kept), 1 when a
-    part failed or was skipped, 2 without a GPU (unless ``--dry-run``) or for bad arguments."""
+    """``python -m helpers.experiments.gpu_reference [--dry-run] [--out DIR] [--budget-s N]
+    [--parts a,b] [--tier 1|2] [--resume] [--list]``.
+
+    Returns 0 when every part ran (or was kept), 1 when a part failed, crashed or was skipped,
+    2 for bad arguments or without a GPU (unless ``--dry-run``), and 128 + the signal's number
+    after SIGTERM or SIGINT."""
+    begun = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.gpu_reference",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true",
                         help="tiny sizes on the CPU into a scratch folder (never results/)")
     parser.add_argument("--out", type=results.writable_folder, default=None,
-                        help=f"output folder (default results/, or {DRY_RUN_DIR} for --dry-run)")
+                        help=f"folder for the summary and the archive (default {OUT_DIR}, or "
+                             f"{DRY_RUN_DIR} for --dry-run); nothing else is written there")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                        help="seconds for the whole run, start-up and packing included "
+                             f"(default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--parts", default=None,
-                        help="comma-separated parts to run: " + ", ".join(p.name for p in PARTS))
-    parser.add_argument("--redo", action="store_true",
-                        help="run every part again, even those recorded by an earlier run")
-    parser.add_argument("--minutes", type=float, default=22.0,
-                        help="time for all parts together (default 22)")
+                        help="comma-separated parts, run in this order: "
+                             + ", ".join(p.name for p in PARTS))
+    parser.add_argument("--tier", type=int, choices=(1, 2), default=None,
+                        help="only the parts of this tier (1: the headline and the notebooks' "
+                             "GPU-only cells)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the parts that an earlier run's archive in --out recorded")
     parser.add_argument("--list", action="store_true", help="print the parts and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for p in PARTS:
-            print(f"{p.name:<18}{p.budget_s:>5.0f} s  {p.what}\n{'':<25}python -m "
-                  f"helpers.experiments.{p.module} {' '.join(p.args)}")
-        print(f"{'total':<18}{sum(p.budget_s for p in PARTS):>5.0f} s")
+        for t in (1, 2):
+            print(f"tier {t}:")
+            for p in (p for p in PARTS if p.tier == t):
+                print(f"  {p.name:<18}{p.budget_s:>5.0f} s  {p.what}\n{'':<25}python -m "
+                      f"{p.module} {' '.join(p.args)}")
+        print(f"  {'total':<18}{sum(p.budget_s for p in PARTS):>5.0f} s")
         return 0
-    if not args.dry_run:
-        reason = gpu_refusal() or _numba_refusal()
-        if reason:
-            print(reason, file=sys.stderr)
-            return 2
-    out = pathlib.Path(args.out) if args.out else (DRY_RUN_DIR if args.dry_run
-                                                   else results.RESULTS_DIR)
+    if not args.budget_s > 0:
+        parser.error(f"--budget-s must be > 0 seconds, got {args.budget_s:g}")
+    if not args.dry_run and (reason := gpu_refusal()):
+        print(reason, file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out) if args.out else (DRY_RUN_DIR if args.dry_run else OUT_DIR)
+    stop, caught = threading.Event(), []
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        caught.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        rows, archive = run(out, dry_run=args.dry_run, total_s=args.minutes * 60,
-                            redo=args.redo,
+        rows, archive = run(out, dry_run=args.dry_run, resume=args.resume, tier=args.tier,
+                            budget_s=args.budget_s - (time.monotonic() - begun), stop=stop,
                             parts=args.parts.split(",") if args.parts else None)
     except ValueError as exc:
         parser.error(str(exc))
-    print()
-    print(summary.format_summary(rows, out))
-    print(f"\narchive: {archive} ({archive.stat().st_size / 2**10:,.0f} KiB): "
-          "`tar -xzf` it at the repository's root to restore results/")
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    _print_end(rows, out, archive)
+    if caught:
+        return 128 + caught[0]
     done = {"ok", "partial", "no GPU (dry run)"}
     return 0 if all(r["status"] in done for r in rows) else 1
 

@@ -53,22 +53,23 @@ def count_rows(files: list[str], out: pathlib.Path | None = None) -> dict:
     return counts
 
 
-def status_of(code: int | None, files: list[str], *, dry_run: bool, gpu_only: bool,
-              tail: str) -> tuple[str, str]:
-    """A part's status and note from its exit status (None: stopped for time), the files it
-    wrote and the last lines of its output.
+def status_of(code: int, files: list[str], *, dry_run: bool, gpu_only: bool
+              ) -> tuple[str, str]:
+    """A finished part's status and note from its exit status and the files it wrote.
 
-    ``ok``; ``no GPU (dry run)`` for a GPU-only part that refused (exit 1) in a dry run;
-    ``killed`` (over its budget); ``failed`` (another exit status, or nothing written on a GPU).
+    ``ok``; ``no GPU (dry run)`` for a GPU-only part that refused (exit
+    :data:`helpers.results.REFUSED`, nothing written) in a dry run; ``refused`` for any other
+    refusal; ``failed`` for another exit status, or nothing written on a GPU. (A part killed
+    or stopped, or one that raised, never finished: the run names those itself.)
     """
-    if code is None:
-        return "killed", f"stopped after its budget and a grace period; last output: {tail}"
-    if dry_run and gpu_only and code == 1 and not files:
-        return "no GPU (dry run)", f"refused as it should without a GPU: {tail}"
+    if code == results.REFUSED and not files:
+        if dry_run and gpu_only:
+            return "no GPU (dry run)", "refused as it should without a GPU"
+        return "refused", f"nothing to measure here (exit status {code}); see its log"
     if code != 0:
-        return "failed", f"exit status {code}: {tail}"
+        return "failed", f"exit status {code}; see its log"
     if not files and not dry_run:
-        return "failed", f"exit status 0 but no file written: {tail}"
+        return "failed", "exit status 0 but no file written; see its log"
     return "ok", "" if files else "nothing to save without a GPU"
 
 

@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.kernel_resources [--save] [--out DIR]``: print our
     kernels' registers, shared memory and occupancy, measured now on a GPU (``--save`` also
     writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
-    Returns 1 without a GPU (nothing saved), else 0."""
+    Returns :data:`helpers.results.REFUSED` (3) without a GPU (nothing saved), else 0."""
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.kernel_resources",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nothing saved: {reason}", flush=True)
         rec = recorded()
         print(format_table(rec.rows, f"No GPU here: {reason}.\n{rec.note}"))
-        return 1
+        return results.REFUSED
     if args.save:
         paths = save_kernel_resources(args.out)
         rows = results.load(paths[0].stem, paths[0].parent).rows

@@ -498,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.memory_access [--save] [--out DIR]``: print the three
     explanations (simulator or GPU), then the GPU timings: measured now on a GPU (``--save``
     also writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
-    Returns 1 for ``--save`` without a GPU (said at once; nothing run, nothing saved), else 0."""
+    Returns :data:`helpers.results.REFUSED` (3) for ``--save`` without a GPU (said at once;
+    nothing run, nothing saved), else 0."""
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.memory_access",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
@@ -508,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = gpu_refusal()
     if reason and args.save:
         print(f"nothing saved: {reason}")
-        return 1
+        return results.REFUSED
     for explanation in (explain_coalescing(), explain_banks(), explain_divergence()):
         print(explanation, "\n")
     if reason:

@@ -555,8 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.precision [--save] [--out DIR] [--quick]
     [--time-limit S] [--seed N]``: :func:`measure` with the device's defaults, printed.
 
-    ``--save`` (GPU only; without one it returns 1 at once) writes ``<out>/precision_<gpu>``
-    ``.csv`` + ``.json`` (default ``results/``) with the environment. Returns 0; 2 for bad
+    ``--save`` (GPU only; without one it returns 3, :data:`helpers.results.REFUSED`, at once)
+    writes ``<out>/precision_<gpu>.csv`` + ``.json`` (default ``results/``) with the environment. Returns 0; 2 for bad
     arguments (an unwritable ``--out`` is refused before anything runs).
     """
     start = time.monotonic()
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = backend.MODE == "gpu" and torch.cuda.is_available()
     if args.save and not gpu:
         print(f"no CUDA GPU here ({backend.MODE_REASON}): nothing measured, nothing saved")
-        return 1
+        return results.REFUSED
     device = "cuda" if gpu else "cpu"
     deadline = None if args.time_limit is None else start + args.time_limit
     quick = dict(sizes=(GPU_GEMM_SIZES if gpu else CPU_GEMM_SIZES)[:1],

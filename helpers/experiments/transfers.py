@@ -516,8 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     experiment; the copy share of every Table I layer for every transfer strategy), printed as
     tables; ``--save`` writes ``<out>/transfers_{bandwidth,overlap,share,timeline}_*`` (default
     ``results/``); experiments not started within ``--time-limit`` seconds get rows with a
-    ``skipped: time limit`` status. Without a GPU it says why; with ``--save`` it then returns 1
-    at once (nothing measured, nothing saved), else prints the analytic estimate (labelled so)
+    ``skipped: time limit`` status. Without a GPU it says why; with ``--save`` it then returns
+    :data:`helpers.results.REFUSED` (3) at once (nothing measured, nothing saved), else prints the analytic estimate (labelled so)
     and what ``--out`` holds. Otherwise returns 0.
     """
     start = time.monotonic()
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason and args.save:
         print(reason)
         print("--save: nothing was measured, so nothing was saved")
-        return 1
+        return results.REFUSED
     if reason:
         print(reason)
         print("\nAnalytic ESTIMATE (not measured): copies of x in and y out at the stated link "
