@@ -1,7 +1,8 @@
 """Work counted in steps instead of seconds, for tests that a call is refused before any work.
 
 A clock says as much about the machine's load as about the call; the number of Python lines
-it executes and of C functions it calls is the same on every run of the same code.
+it executes and of C functions it calls does not depend on the load (though a first call that
+compiles a kernel takes far more steps than a later one, and work inside one C call is one).
 """
 
 from __future__ import annotations
