@@ -12,7 +12,7 @@ PORT   ?= 8888
 # pytest-xdist workers for make test and make test-fast (each notebook stays on one worker)
 WORKERS ?= auto
 
-.PHONY: help env lab test test-pythons test-gpu test-fast gpu-reference run outputs book readme-picture clean
+.PHONY: help env lab test test-pythons test-gpu test-gpu-bare test-fast gpu-reference gpu-lease run outputs book readme-picture clean
 
 help:
 	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
@@ -20,6 +20,8 @@ help:
 	@echo "make test-fast  the tests without the browser and without executing notebooks (for iterating)"
 	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
+	@echo "make test-gpu-bare  the tests marked gpu with the machine's python3 and pytest alone (no environment), within ARGS=\"--budget-s N\" (170 s)"
+	@echo "make gpu-lease  on a GPU lent for minutes, one call: record tier one, run the GPU tests, then tier two, within ARGS=\"--budget-s N\" (540 s) into build/gpu-lease/"
 	@echo "make gpu-reference  on an NVIDIA GPU: record the GPU references, most needed first, within ARGS=\"--budget-s N\" (480 s) into build/gpu-reference/"
 	@echo "make run     execute every notebook headless into build/ (ipynb + html)"
 	@echo "make outputs re-execute the notebooks, labs and solutions in place, refreshing stored outputs"
@@ -70,6 +72,18 @@ test-gpu: env
 # the parts and their tiers; ARGS="--resume" keeps what an earlier run in --out recorded.
 gpu-reference:
 	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m helpers.experiments.gpu_reference $(ARGS)
+
+# The tests marked gpu with the machine's own python3 and pytest, without .venv, nbval or any
+# plugin (tools/gpu_tests.py): for a GPU server with no network. Interrupted at ARGS="--budget-s N".
+test-gpu-bare:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m tools.gpu_tests $(ARGS)
+
+# One command for a GPU lent for a few minutes (tools/gpu_lease.py): the recording's preflight and
+# tier one, then the GPU tests, then tier two while time is left, within ARGS="--budget-s N"
+# (default 540), leaving in --out (default build/gpu-lease/) the summary, the archive and the
+# tests' log. ARGS=--dry-run tries the same path on a CPU.
+gpu-lease:
+	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m tools.gpu_lease $(ARGS)
 
 # For iterating: the tests in tests/ without the browser and without executing notebooks or labs.
 test-fast: env

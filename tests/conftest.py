@@ -21,15 +21,20 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 import numpy as np
 import pytest
-from hypothesis import settings
 
 from helpers.device import backend
+
+try:
+    from hypothesis import settings
+except ImportError:  # a bare GPU server (tools/gpu_tests.py): no property tests run there
+    settings = None
 
 #: The property tests' profile, the same locally and in CI (no example database). Their seed is
 #: fixed too, by ``--hypothesis-seed`` in pyproject.toml's ``addopts``; another one on the
 #: command line wins (``pytest --hypothesis-seed=7``), and a failure prints how to reproduce it.
-settings.register_profile("workbook", deadline=None, print_blob=True, database=None)
-settings.load_profile("workbook")
+if settings is not None:
+    settings.register_profile("workbook", deadline=None, print_blob=True, database=None)
+    settings.load_profile("workbook")
 
 #: Tests of the no-GPU behaviour (simulator mode) are skipped on a machine with a real GPU.
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",

@@ -7,10 +7,8 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 import plotly.graph_objects as go
 import pytest
 
-from helpers.device import backend
 from helpers import widgets
 from helpers.occupancy import GPU_ARCH, SM_LIMITS
-from helpers.experiments import kernel_resources
 from helpers.figures import nb07_inside_the_gpu
 
 
@@ -142,22 +140,3 @@ def test_the_figure_function_directly():
     assert y[-1] == 12.5            # 255 registers: 8 warps by registers -> 2 blocks of 4
     with pytest.raises(ValueError, match="vary"):
         nb07_inside_the_gpu.occupancy_curve_figure("K40c", 128, 116, vary="x")
-
-
-# ---------------------------------------------------------------------------- on a GPU
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
-def test_the_explorer_agrees_with_the_driver_for_our_kernels():
-    cc = kernel_resources._device_cc()
-    if cc not in SM_LIMITS:
-        pytest.skip(f"compute capability {cc} is not in helpers.occupancy.SM_LIMITS")
-    rows = kernel_resources.measure()
-    ex = widgets.OccupancyExplorer(gpu=cc, use_figurewidget=False)
-    assert any(v == cc for _, v in ex.gpu.options)
-    for r in rows:
-        ex.set(threads_per_block=r["threads_per_block"], regs_per_thread=r["regs_per_thread"],
-               smem_per_block=r["smem_per_block"])
-        assert ex.result is not None, ex.message_text
-        assert ex.result.active_blocks == r["driver_active_blocks"], r

@@ -8,7 +8,8 @@ GPU recording's dry run) and notebooks 03 and 07 under nbval. Then, with Python 
 environment like a bare GPU server's, ``.venv-gpu-server``: numpy 2.5, numba, numba-cuda
 0.30.4 and torch only (no plotly, no Jupyter), where the compute layers must import and every
 kernel compile through ``PYTHONPATH=.`` alone; the numpy 2.5 fix's tests run against it; then,
-with the server's other packages added, the GPU recording's dry run.
+with the server's other packages added (pytest among them), the GPU recording's dry run and the
+GPU tests' command (tools/gpu_tests.py), which collects them and skips them here.
 
 Usage: ``python -m tools.test_pythons [--pythons 3.12 3.13] [--no-gpu-server]``. Exit status 0
 when every step passed (a Python not found is reported and skipped), 1 otherwise.
@@ -33,7 +34,7 @@ NOTEBOOKS = ("notebooks/03_direct_convolution.ipynb", "notebooks/07_inside_the_g
 #: A bare GPU server's numerical stack (as on an H100 image with Python 3.12), and what else
 #: that server has that the recording uses when present.
 SERVER_CORE = ("numpy>=2.5,<2.6", "numba>=0.67", "numba-cuda[cu13]==0.30.4")
-SERVER_EXTRAS = ("psutil", "tqdm", "nvidia-ml-py", "py-cpuinfo", "scikit-image")
+SERVER_EXTRAS = ("psutil", "tqdm", "nvidia-ml-py", "py-cpuinfo", "scikit-image", "pytest")
 
 #: Run in the bare environment: import every module of the compute layers (pyproject.toml's
 #: compute-without-jupyter contract) and check that none of the forbidden ones came with them.
@@ -173,6 +174,8 @@ def gpu_server(steps: Steps, python: str) -> None:
         steps.run("GPU server: the GPU recording's dry run",
                   [py, "-m", "helpers.experiments.gpu_reference", "--dry-run", "--out", str(out)],
                   bare)
+        steps.run("GPU server: the GPU tests with python3 and pytest alone (they skip here)",
+                  [py, "-m", "tools.gpu_tests", "--budget-s", "170"], bare)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "main",
     "new_worker",
     "plan",
+    "print_report",
     "run",
 ]
 
@@ -411,8 +412,9 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
     return rows, _pack(out, work, slug, rows, meta)
 
 
-def _print_end(rows: list[dict], out: pathlib.Path, archive: pathlib.Path) -> None:
-    """The archive's place, then the parts and the headline: the headline is printed last."""
+def print_report(rows: list[dict], out: pathlib.Path, archive: pathlib.Path) -> None:
+    """Print the archive's place, then :func:`run`'s rows and the headline read from the
+    archive's files: the headline is printed last."""
     with tempfile.TemporaryDirectory() as tmp:
         _unpack(archive, pathlib.Path(tmp))
         print(f"\narchive: {archive} ({archive.stat().st_size / 2**10:,.0f} KiB): `tar -xzf` "
@@ -478,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    _print_end(rows, out, archive)
+    print_report(rows, out, archive)
     if caught:
         return 128 + caught[0]
     done = {"ok", "partial", "no GPU (dry run)"}
