@@ -318,11 +318,21 @@ def test_plan_shortens_a_self_limiting_part_and_skips_the_others(tmp_path):
     assert f"{tmp_path}/sweep_paper_gpu.csv" in argv
     argv, _, note = ref.plan(sweep, tmp_path, "gpu", False, sweep.budget_s * 0.4)
     assert argv is None and note.startswith("skipped")
-    kr = next(p for p in ref.PARTS if p.name == "kernel-resources")
-    argv, _, note = ref.plan(kr, tmp_path, "gpu", False, kr.budget_s - 1)
+    fixed = _planted("fixed", "fine", time_limited=False)   # cannot be told a time
+    argv, _, note = ref.plan(fixed, tmp_path, "gpu", False, fixed.budget_s - 0.1)
     assert argv is None and "needs about" in note
-    argv, _, _ = ref.plan(kr, tmp_path, "gpu", False, 1e9)
-    assert argv == ["--save", "--out", str(tmp_path)]
+    argv, _, _ = ref.plan(fixed, tmp_path, "gpu", False, 1e9)
+    assert argv == ["fine", "--out", str(tmp_path)]
+
+
+def test_every_part_is_told_its_time():
+    kr = next(p for p in ref.PARTS if p.name == "kernel-resources")
+    argv, _, _ = ref.plan(kr, pathlib.Path("out"), "gpu", False, 1e9)
+    assert argv == ["--save", "--out", "out", "--time-limit", f"{kr.budget_s - 10:g}"]
+    for part in ref.PARTS:
+        assert part.time_limited, part.name
+        for args in (part.args, part.dry_args):
+            assert "--time-limit" in args and "{limit}" in args, part.name
 
 
 def test_tier_one_fits_the_default_budget():

@@ -3,6 +3,7 @@ the resource table (with a stand-in kernel), the recorded tables and the no-GPU 
 GPU-only checks are marked ``gpu``."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -135,7 +136,7 @@ def test_measure_rows_from_numbas_figures(monkeypatch, tmp_path):
     spec = kernels.KernelSpec("fake_kernel", "tests", "direct-naive", 128)
     monkeypatch.setattr(kernels.KernelSpec, "dispatcher", lambda self: _FakeDispatcher())
     monkeypatch.setattr(kr, "gpu_refusal", lambda: None)
-    monkeypatch.setattr(kr, "_launch_every_kernel", lambda: None)
+    monkeypatch.setattr(kr, "_launch_every_kernel", lambda deadline=None: 0)
     monkeypatch.setattr(kr, "_device_cc", lambda: "3.5")
     monkeypatch.setattr(kr.backend, "info", lambda: SimpleNamespace(
         gpu_name="Test GPU", as_dict=lambda: {"gpu_name": "Test GPU"}))
@@ -157,7 +158,7 @@ def test_measure_rows_from_numbas_figures(monkeypatch, tmp_path):
     assert r["regs_per_thread"] == 116 and r["occupancy_pct"] is None
     assert "?" in kr.format_table([r])
     # rows of the same keys, ready for results.save, and read back as recorded
-    monkeypatch.setattr(kr, "measure", lambda: rows + [r])
+    monkeypatch.setattr(kr, "measure", lambda deadline=None: rows + [r])
     paths = kr.save_kernel_resources(tmp_path)
     assert paths[0].name == "kernel_resources_test-gpu.csv"
     assert len(kr.recorded(tmp_path).rows) == 2
@@ -210,3 +211,27 @@ def test_gpu_command_line_saves_into_out(tmp_path):
     assert kr.main(["--save", "--out", str(tmp_path)]) == 0
     assert [p.name for p in tmp_path.glob("kernel_resources_*.csv")]
     assert kr.recorded(tmp_path).rows
+
+
+# ------------------------------------------------------------------------------ --time-limit
+
+
+def test_no_kernel_is_launched_past_the_deadline(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel was launched past the deadline")
+
+    class Refuse:
+        def __getattr__(self, name):
+            return refuse
+
+    for module in ("direct", "unroll", "gemm", "ew"):
+        monkeypatch.setattr(kr, module, Refuse())
+    for name in ("explain_coalescing", "explain_banks", "explain_divergence"):
+        monkeypatch.setattr(kr, name, refuse)
+    assert kr._launch_every_kernel(deadline=time.monotonic() - 1.0) == 13
+
+
+def test_a_time_limit_that_is_not_positive_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        kr.main(["--save", "--time-limit", "-1"])
+    assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err

@@ -3,6 +3,7 @@ recorded addresses, banks and paths against hand-worked figures, and the no-GPU 
 timings. GPU-only checks at the end are marked ``gpu``."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -249,3 +250,54 @@ def test_gpu_command_line_saves_into_out(tmp_path):
     assert ma.main(["--save", "--out", str(tmp_path)]) == 0
     assert [p.name for p in tmp_path.glob("gpu_experiments_*.csv")]
     assert ma.recorded(tmp_path).rows
+
+
+# ------------------------------------------------------------------------------ --time-limit
+
+
+def _stub_experiments(monkeypatch) -> list[str]:
+    """The three experiments replaced by stubs that note their call (no GPU needed)."""
+    called = []
+
+    def stub(name):
+        def run(min_run_time):
+            called.append(name)
+            return [{"experiment": name, "variant": "v", "x": 1, "size": 8, "median_ms": 1.0,
+                     "iqr_ms": 0.1, "gb_s": 2.0, "device": "GPU: planted", "device_kind": "cuda",
+                     "status": "ok"}]
+        return run
+
+    monkeypatch.setattr(ma, "_require_gpu", lambda: None)
+    for name in ("coalescing", "transpose", "divergence"):
+        monkeypatch.setattr(ma, f"measure_{name}", stub(name))
+    return called
+
+
+def test_experiments_not_begun_by_the_deadline_are_rows_saying_so(monkeypatch):
+    called = _stub_experiments(monkeypatch)
+    rows = ma.measure(deadline=time.monotonic() - 1.0, time_limit=7.5)
+    assert called == []
+    assert [r["experiment"] for r in rows] == ["coalescing", "transpose", "divergence"]
+    assert all(r["status"] == "skipped: time limit of 7.5 s reached" and r["median_ms"] is None
+               for r in rows)
+    assert all(list(r) == list(ma._row("e", "v", 1, 8, SimpleNamespace(
+        median_ms=1.0, iqr_s=0.0, median_s=1e-3, device="GPU: x"), None)) for r in rows)
+    rows = ma.measure(deadline=None)
+    assert called == ["coalescing", "transpose", "divergence"]
+    assert all(r["status"] == "ok" for r in rows)
+
+
+def test_recorded_leaves_out_the_experiments_a_time_limit_skipped(monkeypatch, tmp_path):
+    _stub_experiments(monkeypatch)
+    ok = ma.measure()[0]
+    skipped = dict(ok, experiment="transpose", variant="", median_ms=None, iqr_ms=None,
+                   gb_s=None, status="skipped: time limit of 7.5 s reached")
+    results.save(ma.PREFIX + "planted", [ok, skipped], directory=tmp_path)
+    rows = ma.recorded(tmp_path).rows
+    assert [r["experiment"] for r in rows] == ["coalescing"]
+
+
+def test_a_time_limit_that_is_not_positive_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        ma.main(["--save", "--time-limit", "0"])
+    assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from helpers import occupancy, results
 from helpers.conv import config_for, direct, gemm, unroll
 from helpers.device import backend
 from helpers.device.arrays import cuda_device, to_torch
+from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.memory_access import (
     GpuRequired,
     explain_banks,
@@ -46,10 +48,11 @@ PREFIX = "kernel_resources_"
 COMMAND = "python -m helpers.experiments.kernel_resources --save"
 
 
-def _launch_every_kernel() -> None:
+def _launch_every_kernel(deadline: float | None = None) -> int:
     """Launch each kernel of :data:`KERNELS` once on tiny inputs (through the workbook's own
     host code where there is one), so that Numba compiles it for the current device with the
-    argument types it really gets."""
+    argument types it really gets. Returns how many launches were left out because
+    ``deadline`` (a :func:`time.monotonic` value; None for none) had passed."""
     rng = np.random.default_rng(0)
     dev = cuda_device()
     x_np = rng.standard_normal((1, 2, 8, 8), dtype=np.float32)
@@ -57,23 +60,32 @@ def _launch_every_kernel() -> None:
     cfg = config_for(x_np.shape, w_np.shape, 1, 1)
     x, w = to_torch(x_np, dev), to_torch(w_np, dev)
     dy = to_torch(rng.standard_normal(cfg.y_shape, dtype=np.float32), dev)
-    direct.forward_naive(x, w, cfg)
-    direct.forward_tiled(x, w, cfg)
-    direct.backward_cuda(x, w, dy, cfg)
-    unroll.col2im(unroll.im2col(x, cfg), cfg)
     a = rng.standard_normal((20, 12), dtype=np.float32)
-    gemm.gemm(a, a.T.copy(), "naive")
-    gemm.gemm(a, a.T.copy(), "tiled")
     v = rng.standard_normal(64, dtype=np.float32)  # notebook 01's kernels, through its wrappers
-    ew.relu(v)
-    ew.relu(v, grid_stride_blocks=1)
-    ew.saxpy(2.0, v, v)
-    ew.thread_map(64, 32)
-    explain_coalescing(strides=(1,), warps=1)
-    explain_banks(rows=32, cols=32)   # both transpose kernels
-    explain_divergence(n=64, iters=1)
+    launches = (
+        lambda: direct.forward_naive(x, w, cfg),
+        lambda: direct.forward_tiled(x, w, cfg),
+        lambda: direct.backward_cuda(x, w, dy, cfg),
+        lambda: unroll.col2im(unroll.im2col(x, cfg), cfg),
+        lambda: gemm.gemm(a, a.T.copy(), "naive"),
+        lambda: gemm.gemm(a, a.T.copy(), "tiled"),
+        lambda: ew.relu(v),
+        lambda: ew.relu(v, grid_stride_blocks=1),
+        lambda: ew.saxpy(2.0, v, v),
+        lambda: ew.thread_map(64, 32),
+        lambda: explain_coalescing(strides=(1,), warps=1),
+        lambda: explain_banks(rows=32, cols=32),   # both transpose kernels
+        lambda: explain_divergence(n=64, iters=1),
+    )
+    left_out = 0
+    for launch in launches:
+        if time_up(deadline):
+            left_out += 1
+        else:
+            launch()
     if backend.MODE == "gpu":
         torch.cuda.synchronize()
+    return left_out
 
 
 def driver_active_blocks(dispatcher, threads_per_block: int, dynamic_smem: int = 0) -> dict:
@@ -112,7 +124,8 @@ def _device_cc() -> str:
     return f"{major}.{minor}"
 
 
-def measure(kernels: list[KernelSpec] | None = None) -> list[dict]:
+def measure(kernels: list[KernelSpec] | None = None, *, deadline: float | None = None
+            ) -> list[dict]:
     """Registers per thread and shared memory per block of the workbook's kernels, compiled
     for this GPU, with the occupancy each gets at its block size.
 
@@ -124,6 +137,8 @@ def measure(kernels: list[KernelSpec] | None = None) -> list[dict]:
 
     Args:
         kernels: default :data:`helpers.kernels.KERNELS`.
+        deadline: a :func:`time.monotonic` value after which no more kernels are launched
+            (compiled); a kernel not compiled by then has no row. None: no deadline.
 
     Returns:
         One dict per (kernel, compiled variant): ``kernel, module, family, signature,
@@ -143,7 +158,7 @@ def measure(kernels: list[KernelSpec] | None = None) -> list[dict]:
     reason = gpu_refusal()
     if reason:
         raise GpuRequired(f"{reason}. To record the table on a GPU: {COMMAND}")
-    _launch_every_kernel()
+    _launch_every_kernel(deadline)
     cc = _device_cc()
     gpu_name = backend.info().gpu_name or cuda.get_current_device().name
     if isinstance(gpu_name, bytes):
@@ -272,9 +287,9 @@ def format_table(rows: list[dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def save_kernel_resources(directory=None) -> tuple:
-    """Write :func:`measure`'s rows on this GPU with :func:`helpers.results.save` as
-    ``kernel_resources_<gpu>``.
+def save_kernel_resources(directory=None, *, deadline: float | None = None) -> tuple:
+    """Write :func:`measure`'s rows on this GPU (``deadline`` as there) with
+    :func:`helpers.results.save` as ``kernel_resources_<gpu>``.
 
     Returns:
         The (csv, json) paths written.
@@ -282,22 +297,31 @@ def save_kernel_resources(directory=None) -> tuple:
     Raises:
         GpuRequired: no GPU.
     """
-    rows = measure()
+    rows = measure(deadline=deadline)
     name = PREFIX + results.slug(rows[0]["gpu"])
     return results.save(name, rows, command=COMMAND, directory=directory)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.kernel_resources [--save] [--out DIR]``: print our
-    kernels' registers, shared memory and occupancy, measured now on a GPU (``--save`` also
-    writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
-    Returns :data:`helpers.results.REFUSED` (3) without a GPU (nothing saved), else 0."""
+    """``python -m helpers.experiments.kernel_resources [--save] [--out DIR] [--time-limit S]``:
+    print our kernels' registers, shared memory and occupancy, measured now on a GPU (``--save``
+    also writes them to ``--out``, default ``results/``; the kernels not compiled within
+    ``--time-limit`` seconds are named, not tabled), else those recorded in ``results/``.
+    Returns :data:`helpers.results.REFUSED` (3) without a GPU (nothing saved), 2 for a bad
+    argument, else 0."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.kernel_resources",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
                         help=f"on a GPU, write the table to <out>/{PREFIX}<gpu>")
     parser.add_argument("--out", type=results.writable_folder, default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds after which no more kernels are compiled; those left out "
+                             "are named")
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    deadline = None if args.time_limit is None else start + args.time_limit
     reason = gpu_refusal()
     if reason:
         if args.save:
@@ -306,11 +330,16 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(rec.rows, f"No GPU here: {reason}.\n{rec.note}"))
         return results.REFUSED
     if args.save:
-        paths = save_kernel_resources(args.out)
+        paths = save_kernel_resources(args.out, deadline=deadline)
         rows = results.load(paths[0].stem, paths[0].parent).rows
         print(format_table(rows, "Measured now and saved to " + ", ".join(map(str, paths))))
     else:
-        print(format_table(measure(), "Compiled and measured now"))
+        rows = measure(deadline=deadline)
+        print(format_table(rows, "Compiled and measured now"))
+    missing = [k.name for k in KERNELS if k.name not in {r["kernel"] for r in rows}]
+    if missing:
+        why = time_limit_status(args.time_limit) if time_up(deadline) else "never launched"
+        print(f"{why}: not compiled, so not in the table: " + ", ".join(missing))
     return 0
 
 

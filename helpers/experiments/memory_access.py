@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import math
 import sys
+import time
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ from helpers.access_kernels import (
 )
 from helpers.device import backend, timing
 from helpers.device.arrays import grid_for
+from helpers.device.progress import time_limit_status, time_up
 
 __all__ = [
     "BANKS", "BLOCK_ROWS", "COMMAND", "PREFIX", "SECTOR_BYTES", "SIMULATOR_MAX_THREADS",
@@ -450,14 +452,32 @@ def measure_divergence(n: int = 1 << 22, iters: int = 256, threads_per_block: in
     return rows
 
 
-def measure(min_run_time: float = 0.1) -> list[dict]:
+def measure(min_run_time: float = 0.1, *, deadline: float | None = None,
+            time_limit: float | None = None) -> list[dict]:
     """The rows of :func:`measure_coalescing`, :func:`measure_transpose` and
-    :func:`measure_divergence` on this GPU at their default sizes. Raises GpuRequired without a
-    GPU (:func:`recorded` gives those recorded in ``results/``). Source: study Figure 6."""
+    :func:`measure_divergence` on this GPU at their default sizes, in that order.
+
+    An experiment not begun by ``deadline`` (a :func:`time.monotonic` value; None for none)
+    gives one row with every figure None and the status
+    :func:`helpers.device.progress.time_limit_status` of ``time_limit`` (seconds).
+
+    Raises:
+        GpuRequired: no GPU (:func:`recorded` gives those recorded in ``results/``).
+
+    Source: study Figure 6.
+    """
     _require_gpu()
-    return (measure_coalescing(min_run_time=min_run_time)
-            + measure_transpose(min_run_time=min_run_time)
-            + measure_divergence(min_run_time=min_run_time))
+    rows = []
+    for experiment, run in (("coalescing", measure_coalescing), ("transpose", measure_transpose),
+                            ("divergence", measure_divergence)):
+        if time_up(deadline):
+            rows.append({"experiment": experiment, "variant": "", "x": None, "size": None,
+                         "median_ms": None, "iqr_ms": None, "gb_s": None,
+                         "device": timing.device_label("cuda"), "device_kind": "cuda",
+                         "status": time_limit_status(time_limit)})
+        else:
+            rows += run(min_run_time=min_run_time)
+    return rows
 
 
 def recorded(directory=None, *, every_gpu: bool = False) -> results.Recorded:
@@ -470,7 +490,8 @@ def recorded(directory=None, *, every_gpu: bool = False) -> results.Recorded:
         no rows, says to run :data:`COMMAND` on a GPU. Never invents a time.
     """
     rec = results.recorded(PREFIX, COMMAND, directory=directory)
-    rows = [dict(r, gb_s=None if r.get("gb_s") in ("", None) else r["gb_s"]) for r in rec.rows]
+    rows = [dict(r, gb_s=None if r.get("gb_s") in ("", None) else r["gb_s"]) for r in rec.rows
+            if str(r.get("status", "ok")) == "ok"]   # not the experiments a time limit skipped
     sets = rec.datasets
     if rows and not every_gpu:
         sets = [max(sets, key=lambda ds: ds.date)]
@@ -478,10 +499,13 @@ def recorded(directory=None, *, every_gpu: bool = False) -> results.Recorded:
     return results.Recorded(rows, sets, rec.command)
 
 
-def save_gpu_experiments(min_run_time: float = 0.1, directory=None) -> tuple:
-    """Write :func:`measure`'s rows on this GPU with :func:`helpers.results.save` as
-    ``gpu_experiments_<gpu>``. Returns the (csv, json) paths. Raises GpuRequired without a GPU."""
-    rows = measure(min_run_time)
+def save_gpu_experiments(min_run_time: float = 0.1, directory=None, *,
+                         deadline: float | None = None, time_limit: float | None = None
+                         ) -> tuple:
+    """Write :func:`measure`'s rows on this GPU (``deadline`` and ``time_limit`` as there) with
+    :func:`helpers.results.save` as ``gpu_experiments_<gpu>``. Returns the (csv, json) paths.
+    Raises GpuRequired without a GPU."""
+    rows = measure(min_run_time, deadline=deadline, time_limit=time_limit)
     name = PREFIX + results.slug(backend.info().gpu_name or "gpu")
     return results.save(name, rows, command=COMMAND, directory=directory)
 
@@ -489,23 +513,33 @@ def save_gpu_experiments(min_run_time: float = 0.1, directory=None) -> tuple:
 def _print_timings(rows: list[dict]) -> None:
     print(f"{'experiment':<12}{'variant':<18}{'median (ms)':>12}{'IQR (ms)':>10}{'GB/s':>10}")
     for r in rows:
+        if r["median_ms"] in (None, ""):
+            print(f"{r['experiment']:<12}{r['status']}")
+            continue
         gb = "" if r["gb_s"] in (None, "") else f"{r['gb_s']:.1f}"
         print(f"{r['experiment']:<12}{r['variant']:<18}{r['median_ms']:>12.4f}"
               f"{r['iqr_ms']:>10.4f}{gb:>10}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.experiments.memory_access [--save] [--out DIR]``: print the three
-    explanations (simulator or GPU), then the GPU timings: measured now on a GPU (``--save``
-    also writes them to ``--out``, default ``results/``), else those recorded in ``results/``.
+    """``python -m helpers.experiments.memory_access [--save] [--out DIR] [--time-limit S]``:
+    print the three explanations (simulator or GPU), then the GPU timings: measured now on a GPU
+    (``--save`` also writes them to ``--out``, default ``results/``; an experiment not begun
+    within ``--time-limit`` seconds is a row saying so), else those recorded in ``results/``.
     Returns :data:`helpers.results.REFUSED` (3) for ``--save`` without a GPU (said at once;
-    nothing run, nothing saved), else 0."""
+    nothing run, nothing saved), 2 for a bad argument, else 0."""
+    start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.memory_access",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true",
                         help=f"on a GPU, write the timings to <out>/{PREFIX}<gpu>")
     parser.add_argument("--out", type=results.writable_folder, default=None, help="folder --save writes to (default results/)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds after which no new experiment starts; the rest are rows "
+                             "with status 'skipped: time limit ...'")
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
     reason = gpu_refusal()
     if reason and args.save:
         print(f"nothing saved: {reason}")
@@ -518,8 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         if rec:
             _print_timings(rec.rows)
         return 0
-    paths = save_gpu_experiments(directory=args.out) if args.save else ()
-    _print_timings(results.load(paths[0].stem, paths[0].parent).rows if paths else measure())
+    limits = {"deadline": None if args.time_limit is None else start + args.time_limit,
+              "time_limit": args.time_limit}
+    paths = save_gpu_experiments(directory=args.out, **limits) if args.save else ()
+    _print_timings(results.load(paths[0].stem, paths[0].parent).rows if paths
+                   else measure(**limits))
     if paths:
         print("saved", *paths)
     return 0
