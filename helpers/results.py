@@ -21,12 +21,15 @@ import tempfile
 
 from helpers.device import backend
 
-__all__ = ["REFUSED", "RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded",
+__all__ = ["PARTIAL", "REFUSED", "RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded",
            "slug"]
 
 #: Exit status of a recording command that has nothing to measure on this machine (a GPU-only
 #: command without a GPU), as distinct from a failure (1) and from bad arguments (2).
 REFUSED = 3
+
+#: Suffix of a file :func:`save` is still writing; it then replaces the real one whole.
+PARTIAL = ".partial"
 
 #: The repository's ``results/`` folder, or the folder the environment variable
 #: ``WORKBOOK_RESULTS`` names.
@@ -173,10 +176,12 @@ def save(name: str, rows: list[dict], *, command: str | None = None,
     out = pathlib.Path(directory) if directory else RESULTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out / f"{name}.csv", out / f"{name}.json"
-    with open(csv_path, "w", newline="") as fh:
+    partial = out / f"{name}.csv{PARTIAL}"   # each file replaced whole: never read half-written
+    with open(partial, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
+    os.replace(partial, csv_path)
     meta = {
         "name": name,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -185,7 +190,9 @@ def save(name: str, rows: list[dict], *, command: str | None = None,
         **(extra or {}),
         "environment": backend.info().as_dict(),
     }
-    json_path.write_text(json.dumps(meta, indent=2) + "\n")
+    partial = out / f"{name}.json{PARTIAL}"
+    partial.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(partial, json_path)
     return csv_path, json_path
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 
 import pytest
 from conftest import simulator_only
@@ -180,6 +181,8 @@ _PLANTED = textwrap.dedent("""
             return results.REFUSED
         if kind == "fail":
             return 1
+        if kind == "saves-then-slow":   # one sub-experiment saved, the next never ends
+            results.save("planted_early", [{"x": 1, "status": "ok"}], directory=out)
         time.sleep(600)   # "slow": never ends by itself
 """)
 
@@ -235,6 +238,33 @@ def test_a_crash_in_a_gpu_only_part_fails_the_dry_run(planted, tmp_path):
     rows, _ = ref.run(tmp_path / "out", dry_run=True, catalogue=catalogue, budget_s=300,
                       worker=planted)
     assert [r["status"] for r in rows] == ["crashed", "failed"]
+
+
+def test_what_a_running_part_saves_is_packed_before_it_ends(planted, tmp_path, monkeypatch):
+    """A kill during a long part loses only what the part had not saved yet."""
+    monkeypatch.setattr(ref, "_DRY_BUDGET_S", 600.0)
+    catalogue = (_planted("fine", "fine", needs_numba=False),
+                 _planted("long", "saves-then-slow", needs_numba=False))
+    out, stop, done = tmp_path / "out", threading.Event(), []
+    runner = threading.Thread(target=lambda: done.append(ref.run(
+        out, dry_run=True, catalogue=catalogue, budget_s=900, worker=planted, stop=stop)))
+    runner.start()
+    try:
+        archive = None
+        while not (archive and "results/planted_early.csv" in _members(archive)):
+            assert runner.is_alive(), "the run ended before the long part saved"
+            archive = next(out.glob("*.tar.gz"), None) if out.exists() else None
+            stop.wait(0.1)
+        ds = _summary(out)   # the snapshot a kill at this moment would leave
+        by = {r["part"]: r for r in ds.rows}
+        assert by["fine"]["status"] == "ok" and by["long"]["status"] == "in progress"
+        assert by["long"]["files"] == "planted_early.csv;planted_early.json"
+        assert by["long"]["rows"] == 1 and ds.meta["complete"] is False
+        _holds_only_the_summary_and_archive(out)
+    finally:
+        stop.set()
+        runner.join()
+    assert {r["part"]: r["status"] for r in done[0][0]}["long"] == "stopped"
 
 
 def test_parts_run_in_the_order_named_and_by_tier(planted, tmp_path):

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.conv_bench [--batch N] [--device cpu|cuda] [--save]
     [--out DIR] [--time-limit S] [--quick]``: print the table; ``--save`` writes
     ``DIR/conv_table1_b<N>_<device>.csv`` + ``.json`` (``<device>``: the GPU's name, or
-    ``cpu`` when only the CPU was measured). Returns 0; 1 for ``--device cuda --save`` without
+    ``cpu`` when only the CPU was measured), rewritten after each layer. Returns 0; 1 for ``--device cuda --save`` without
     a GPU (nothing saved); 2 for a bad argument."""
     start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.conv_bench",
@@ -221,16 +221,20 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix_str(text)
         bar.update()
 
-    rows = bench_layers(batch=args.batch, layers=TABLE_I[-1:] if args.quick else TABLE_I,
-                        devices=devices, min_run_time=0.02 if args.quick else 0.3,
-                        budget_s=0.05 if args.quick else 10.0, progress=step, deadline=deadline, time_limit=args.time_limit)
+    rows, paths = [], ()
+    for layer in TABLE_I[-1:] if args.quick else TABLE_I:
+        rows += bench_layers(batch=args.batch, layers=(layer,), devices=devices,
+                             min_run_time=0.02 if args.quick else 0.3,
+                             budget_s=0.05 if args.quick else 10.0, progress=step,
+                             deadline=deadline, time_limit=args.time_limit)
+        if args.save:   # after each layer: a run stopped later keeps the layers measured
+            paths = results.save(f"{PREFIX}b{args.batch}_{_slug(devices)}", rows,
+                                 directory=pathlib.Path(args.out))
     bar.close()
     print(f"Table I layers at batch {args.batch} (input channels: helpers.paper); medians, "
           f"'x ref' = time / torch's own convolution on the same device")
     print(format_table(rows))
-    if args.save:
-        paths = results.save(f"{PREFIX}b{args.batch}_{_slug(devices)}", rows,
-                             directory=pathlib.Path(args.out))
+    if paths:
         print("saved " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -3,9 +3,9 @@
 ``python -m helpers.experiments.gpu_reference --out DIR --budget-s N`` runs the workbook's
 recording commands (:data:`PARTS`, most needed first) one after another in one measuring
 process, so that torch, Numba and the compiled kernels are loaded once, and ends within N
-seconds. After every part DIR holds the summary (``gpu_reference_<gpu>.csv`` and ``.json``)
-and one archive of everything recorded so far (``.tar.gz``, members named ``results/...``):
-a kill loses at most the part in progress. SIGTERM or SIGINT stops that part, packs and
+seconds. After every part, and whenever a running part saves a file, DIR holds the summary
+(``gpu_reference_<gpu>.csv`` and ``.json``) and one archive of everything recorded so far
+(``.tar.gz``, members named ``results/...``): a kill loses only what was not saved. SIGTERM or SIGINT stops that part, packs and
 prints the headline, which is always printed last. ``--resume`` keeps what an earlier run in
 DIR recorded. ``--dry-run`` runs the same path on a CPU at tiny sizes. It needs only python3
 with numpy, numba, numba-cuda and torch (psutil, tqdm, nvidia-ml-py, torchvision when there).
@@ -160,6 +160,8 @@ _GRACE_S = 20.0
 _PACK_S = 10.0
 #: The preflight's own limit (s), the measuring process's start not counted.
 _PREFLIGHT_S = 20.0
+#: Seconds between two looks for files a running part has saved (then packed at once).
+_WATCH_S = 1.0
 
 
 def gpu_refusal() -> str | None:
@@ -243,7 +245,7 @@ def _earlier(work: pathlib.Path, slug: str) -> dict[str, dict]:
 
 
 def _replace_atomically(source: pathlib.Path, target: pathlib.Path) -> None:
-    partial = target.with_name(target.name + ".partial")
+    partial = target.with_name(target.name + results.PARTIAL)
     shutil.copyfile(source, partial)
     os.replace(partial, target)
 
@@ -263,7 +265,7 @@ def _pack(out: pathlib.Path, work: pathlib.Path, slug: str, rows: list[dict], me
     staged = work.parent / f"{name}.tar.gz"
     with tarfile.open(staged, "w:gz") as tar:
         for path in sorted(work.rglob("*")):
-            if path.is_file():
+            if path.is_file() and path.suffix != results.PARTIAL:   # not one being written
                 tar.add(path, arcname="results/" + path.relative_to(work).as_posix())
     size = staged.stat().st_size
     if size > ARCHIVE_LIMIT_BYTES:
@@ -273,6 +275,29 @@ def _pack(out: pathlib.Path, work: pathlib.Path, slug: str, rows: list[dict], me
         _replace_atomically(work / f"{name}{suffix}", out / f"{name}{suffix}")
     _replace_atomically(staged, out / f"{name}.tar.gz")
     return out / f"{name}.tar.gz"
+
+
+class _Watch:
+    """Packs again whenever the part in progress has saved a file (checked every
+    :data:`_WATCH_S` seconds), so that a kill loses at most what it had not saved yet."""
+
+    def __init__(self, work: pathlib.Path, before: dict[str, float], pack):
+        self.work, self.before, self.pack = work, before, pack
+        self.seen, self.checked = dict(before), time.monotonic()
+
+    def poll(self) -> bool:
+        """Pack if a file changed since the last look; always False (never cancels)."""
+        if time.monotonic() - self.checked < _WATCH_S:
+            return False
+        self.checked = time.monotonic()
+        now = _data_files(self.work)
+        if now != self.seen:
+            self.seen = now
+            try:
+                self.pack(sorted(f for f, m in now.items() if self.before.get(f) != m))
+            except RuntimeError:   # an archive over the limit: the part's end says so
+                pass
+        return False
 
 
 def _outcome_status(outcome, part: Part, files: list[str], dry_run: bool, stopped: bool
@@ -393,9 +418,14 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
         print(f"{head}: {part.what}; budget {budget:.0f} s\n  $ python -m {part.module} "
               + " ".join(argv), flush=True)
         before = _data_files(work)
+        running = _part_row(part, "in progress", 0.0, budget, None, [],
+                            "the run ended during this part; the files it had saved are kept")
+        watch = _Watch(work, before, lambda files, running=running: _pack(
+            out, work, slug, rows + [dict(running, files=";".join(files),
+                                          **summary.count_rows(files, work))], meta))
         outcome = worker.run(_IN_PROCESS, "run_part", part.module, argv,
                              str(logs / f"{part.name}.log"), timeout_s=timeout,
-                             cancelled=stop.is_set)
+                             cancelled=lambda watch=watch: watch.poll() or stop.is_set())
         after = _data_files(work)
         files = sorted(f for f, m in after.items() if before.get(f) != m)
         status, why, code = _outcome_status(outcome, part, files, dry_run, stop.is_set())

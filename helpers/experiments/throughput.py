@@ -431,7 +431,8 @@ def _devices_arg(text: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: measure, then write ``DIR/01_throughput_<device>.csv`` and ``.json``.
+    """Command line: measure, writing ``DIR/01_throughput_<device>.csv`` and ``.json`` after
+    each sweep.
 
     ``python -m helpers.experiments.throughput [--out DIR] [--devices cpu,cuda]
     [--time-limit S] [--quick] [--name STEM]``: ``<device>`` is the GPU's name when cuda is
@@ -473,19 +474,21 @@ def main(argv: list[str] | None = None) -> int:
         ew_sizes, gemm_sizes = log_sizes(1e3, 1e5), [64, 128]
     else:
         ew_sizes, gemm_sizes = log_sizes(1e3, 1e8, 2), list(GEMM_SIZES)
-    rows: list[dict] = []
-    for op in ELEMENTWISE_OPS:
-        rows += elementwise_sweep(op, ew_sizes, devices, min_run_time=0.1, point_budget_s=10,
-                                  **limits)
-    dtypes = ["float32", "float16", "bfloat16"] if "cuda" in devices else ["float32"]
-    for dtype in dtypes:
-        rows += gemm_sweep(gemm_sizes, devices, dtype=dtype, min_run_time=0.1, point_budget_s=10,
-                           **limits)
-    if not args.quick and "cuda" in devices:
-        rows += table1_gemm_rows(**limits)
     device = backend.info().gpu_name if "cuda" in devices else backend.info().cpu_model
     name = args.name or f"{PREFIX}{results.slug(device)}"
-    csv_path, json_path = results.save(name, rows, directory=args.out)
+    dtypes = ["float32", "float16", "bfloat16"] if "cuda" in devices else ["float32"]
+    sweeps = [lambda op=op: elementwise_sweep(op, ew_sizes, devices, min_run_time=0.1,
+                                              point_budget_s=10, **limits)
+              for op in ELEMENTWISE_OPS]
+    sweeps += [lambda dtype=dtype: gemm_sweep(gemm_sizes, devices, dtype=dtype, min_run_time=0.1,
+                                              point_budget_s=10, **limits)
+               for dtype in dtypes]
+    if not args.quick and "cuda" in devices:
+        sweeps.append(lambda: table1_gemm_rows(**limits))
+    rows: list[dict] = []
+    for sweep in sweeps:   # saved after each: a run stopped later keeps the sweeps done
+        rows += sweep()
+        csv_path, json_path = results.save(name, rows, directory=args.out)
     skipped = sum(str(r["status"]).startswith("skipped: time limit") for r in rows)
     print(f"wrote {csv_path} and {json_path} ({len(rows)} rows, {skipped} skipped at the time "
           "limit)")
