@@ -8,8 +8,9 @@ GPU recording's dry run) and notebooks 03 and 07 under nbval. Then, with Python 
 environment like a bare GPU server's, ``.venv-gpu-server``: numpy 2.5, numba, numba-cuda
 0.30.4 and torch only (no plotly, no Jupyter), where the compute layers must import and every
 kernel compile through ``PYTHONPATH=.`` alone; the numpy 2.5 fix's tests run against it; then,
-with the server's other packages added (pytest among them), the GPU recording's dry run and the
-GPU tests' command (tools/gpu_tests.py), which collects them and skips them here.
+with the server's other packages added (pytest among them), the GPU tests' command
+(tools/gpu_tests.py), which collects them and skips them here, and the dry run of a lent GPU's
+one call (tools/gpu_lease.py: the GPU recording, those tests, tier two).
 
 Usage: ``python -m tools.test_pythons [--pythons 3.12 3.13] [--no-gpu-server]``. Exit status 0
 when every step passed (a Python not found is reported and skipped), 1 otherwise.
@@ -169,13 +170,12 @@ def gpu_server(steps: Steps, python: str) -> None:
         steps.run("GPU server: numpy is still 2.5 beside them",
                   [py, "-c", "import numpy as np; assert not hasattr(np, 'row_stack'), "
                              "np.__version__; print('numpy', np.__version__)"])
-        out = ROOT / "build" / "gpu-server-dry-run"
-        shutil.rmtree(out, ignore_errors=True)
-        steps.run("GPU server: the GPU recording's dry run",
-                  [py, "-m", "helpers.experiments.gpu_reference", "--dry-run", "--out", str(out)],
-                  bare)
         steps.run("GPU server: the GPU tests with python3 and pytest alone (they skip here)",
                   [py, "-m", "tools.gpu_tests", "--budget-s", "170"], bare)
+        out = ROOT / "build" / "gpu-server-dry-run"
+        shutil.rmtree(out, ignore_errors=True)
+        steps.run("GPU server: a lent GPU's one call, dry run (recording, GPU tests, tier two)",
+                  [py, "-m", "tools.gpu_lease", "--dry-run", "--out", str(out)], bare)
 
 
 def main(argv: list[str] | None = None) -> int:
