@@ -196,11 +196,18 @@ def test_dy_of_the_wrong_shape():
         conv2d_backward(GOOD_X, GOOD_W, np.ones((1, 3, 4, 3), np.float32))
 
 
-def test_fft_refuses_non_finite_input_and_others_propagate_it():
+def test_fft_and_winograd_refuse_non_finite_input_and_others_propagate_it():
     x = GOOD_X.copy()
     x[0, 0, 0, 0] = np.nan
-    with pytest.raises(ValueError, match="fft needs finite values"):
+    with pytest.raises(ValueError, match="fft needs finite values: x contains NaN.*every output"):
         conv2d(x, GOOD_W, strategy="fft")
+    with pytest.raises(ValueError, match="winograd needs finite values: x contains NaN.*4 x 4"):
+        conv2d(x, GOOD_W, strategy="winograd")
+    dy = np.ones((1, 3, 3, 3), np.float32)
+    dy[0, 1, 1, 1] = np.inf
+    with pytest.raises(ValueError, match="winograd needs finite values: dy contains"):
+        conv2d_backward(GOOD_X, GOOD_W, dy, strategy="winograd")
+    assert [n for n, s in STRATEGIES.items() if s.finite_only] == ["fft", "winograd"]
     y = conv2d(x, GOOD_W, strategy="im2col-gemm")
     assert np.isnan(y[0, :, 0, 0]).all() and np.isfinite(y[0, :, 2, 2]).all()
 

@@ -230,3 +230,16 @@ def test_the_kernel_table_loads_kernels_only_from_layers_below_it():
     assert len(modules) >= 4
     for m in modules:
         assert any(m == b or m.startswith(b + ".") for b in below), m
+
+
+def test_a_main_module_runs_only_as_a_program():
+    """Importing a package's ``__main__`` (a documentation tool, an IDE) prints nothing and
+    does not exit: its work sits under ``if __name__ == "__main__":``."""
+    mains = sorted(PACKAGE.rglob("__main__.py"))
+    assert mains
+    for path in mains:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        proc = subprocess.run([sys.executable, "-c", f"import {name}; print('imported')"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))
+        assert proc.returncode == 0 and proc.stdout == "imported\n", (name, proc.stdout[-500:])

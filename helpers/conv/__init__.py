@@ -48,7 +48,8 @@ class Strategy:
         devices: where it runs (``"cpu"``, ``"cuda"``).
         uses_numba_kernels: its CUDA path launches our Numba kernels (so the simulator budget
             applies without a GPU).
-        finite_only: refuses inputs with NaN or infinity (they would spread to every output).
+        finite_only: why it refuses inputs with NaN or infinity (where one would spread, beyond
+            the outputs whose windows hold it); empty when it takes them.
     """
 
     name: str
@@ -61,7 +62,7 @@ class Strategy:
     _workspace: Callable[[ConvConfig, bool], int | None]
     _supports: Callable[[ConvConfig, str], str | None] = lambda cfg, device: None
     uses_numba_kernels: bool = False
-    finite_only: bool = False
+    finite_only: str = ""
     stride_note: str = "any stride, natively"
 
     def supports(self, cfg: ConvConfig, device: str = "cpu") -> str | None:
@@ -161,7 +162,8 @@ STRATEGIES: dict[str, Strategy] = {
             lambda x, w, dy, cfg, d: _fft_module().backward(x, w, dy, cfg),
             lambda cfg: _fft_module().flops(cfg),
             lambda cfg, b: _fft_module().workspace_bytes(cfg),
-            _supports=_fft_supports, finite_only=True,
+            _supports=_fft_supports,
+            finite_only="the Fourier transform would spread it to every output element",
             stride_note="stride 1 natively; a larger stride computes the stride-1 output and "
                         "keeps every s-th row and column, so it costs the full stride-1 work"),
         Strategy(
@@ -175,7 +177,10 @@ STRATEGIES: dict[str, Strategy] = {
             lambda x, w, cfg, d: winograd.forward(x, w, cfg, d),
             lambda x, w, dy, cfg, d: winograd.backward(x, w, dy, cfg, d),
             winograd.flops, winograd.workspace_bytes, _supports=winograd.supports,
-            uses_numba_kernels=True, stride_note="stride 1 only"),
+            uses_numba_kernels=True, stride_note="stride 1 only",
+            finite_only="the transforms multiply it by their zero coefficients too, which "
+                        "spreads it to a 4 x 4 block of outputs where direct convolution "
+                        "poisons only the 3 x 3 whose windows hold it"),
         Strategy(
             "reference", "library",
             "torch.nn.functional.conv2d and its autograd backward: cuDNN on an NVIDIA GPU, "
@@ -311,8 +316,7 @@ def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, b
         for name, t in tensors.items():
             if not bool(torch.isfinite(t).all()):
                 raise ValueError(f"{strategy} needs finite values: {name} contains NaN or "
-                                 f"infinity, which the Fourier transform would spread to every "
-                                 f"output element")
+                                 f"infinity, and {strat.finite_only}")
     return strat, cfg, device, tensors
 
 

@@ -3,4 +3,5 @@
 
 from helpers.conv.check import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())
