@@ -346,6 +346,17 @@ def test_table1_rows_prefers_a_recorded_gpu_run(tmp_path):
                             min_run_time=0.01).basis == "estimated"
 
 
+def test_a_row_that_did_not_run_has_no_footprint(tmp_path):
+    """Winograd takes 3 x 3 kernels only: at Conv1 (11 x 11) it is refused, and its analytic
+    workspace there (about 24 GiB) must not be shown or counted."""
+    got = lab5.table1_rows("cpu", directory=tmp_path, strategies=["winograd"],
+                           min_run_time=0.01)
+    conv1, conv5 = got.rows["Conv1"][0], got.rows["Conv5"][0]
+    assert conv1["status"].startswith("Winograd") and conv1["workspace_bytes"] is None
+    assert lab5.STRATEGIES["winograd"].workspace_bytes(lab5.TABLE_I[0], False) > 2**34
+    assert conv5["status"] == "ok" and conv5["workspace_bytes"] > 0
+
+
 def test_table1_rows_estimates_on_the_cpu_when_nothing_is_recorded(tmp_path):
     got = lab5.table1_rows("cpu", directory=tmp_path, strategies=["im2col-gemm"],
                            min_run_time=0.01)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import helpers  # noqa: F401
 import pytest
 
-from helpers.figures import nb06_head_to_head
+from helpers.conv import ConvConfig
+from helpers.experiments import sweep
 from helpers.experiments.sweep import fastest_map, findings
+from helpers.figures import nb06_head_to_head
 
 
 def _row(sweep, x, strategy, ms, ws=None, **cfg):
@@ -44,6 +46,30 @@ def test_findings_agree_with_study_like_data():
     assert out["FFT is the most memory-hungry"]["agrees"] is True
     unroll = out["Unrolling needs a k*k-times larger buffer"]
     assert unroll["agrees"] is True and "k=11" in unroll["here"]
+
+
+def test_the_memory_findings_ignore_rows_that_did_not_run():
+    """A planted winograd row at every point, refused (it takes 3 x 3 only) but carrying a huge
+    workspace, must not win the memory finding; nor a refused im2col-gemm row the unroll one."""
+    planted = [dict(_row("kernel", k, "winograd", None, ws=9e9),
+                    status="winograd cannot compute this convolution") for k in (3, 5, 9, 11)]
+    planted += [dict(_row("kernel", 13, "im2col-gemm", None, ws=9e9, k=13), status="refused")]
+    out = {f["finding"]: f for f in findings(_study_like() + planted)}
+    memory = out["FFT is the most memory-hungry"]
+    assert memory["agrees"] is True and "at 6 of 6 points" in memory["here"], memory["here"]
+    assert "k=11" in out["Unrolling needs a k*k-times larger buffer"]["here"]
+    ran = [dict(r, status="ok", median_ms=1.0) for r in planted[:4]]   # had they run ...
+    out = {f["finding"]: f for f in findings(_study_like() + ran)}
+    memory = out["FFT is the most memory-hungry"]
+    assert memory["agrees"] is False and "at 2 of 6 points" in memory["here"]   # ... they count
+
+
+def test_a_strategy_that_cannot_run_a_configuration_has_no_workspace():
+    cfg = ConvConfig.from_shapes((1, 2, 9, 9), (2, 2, 5, 5))
+    row = sweep.measure(cfg, "winograd", "cpu", backward=True, min_run_time=0.001)
+    assert row["status"].startswith("Winograd") and row["workspace_bytes"] is None
+    row = sweep.measure(cfg, "im2col-gemm", "cpu", backward=True, min_run_time=0.001)
+    assert row["status"] == "ok" and row["workspace_bytes"] > 0
 
 
 def test_findings_can_disagree_and_can_say_they_cannot_tell():

@@ -316,7 +316,8 @@ def table1_rows(device: str = "cpu", *, directory=None, min_run_time: float = 0.
     ``conv_table1_*`` run in results/ (the first GPU in name order); on a GPU, a measurement at
     batch 128 (:func:`helpers.experiments.sweep.measure`); else an estimate on this machine:
     the median at batch 1 times 128 (time grows about in proportion to the batch once a
-    machine is busy; a CPU is busy at batch 1). Memory is analytic at batch 128 either way.
+    machine is busy; a CPU is busy at batch 1). Memory is analytic at batch 128 either way, and
+    a row that did not run (status other than ``"ok"``) has no workspace (None).
 
     Args:
         device: ``"cpu"`` or ``"cuda"``: where to measure when nothing is recorded.
@@ -337,8 +338,10 @@ def table1_rows(device: str = "cpu", *, directory=None, min_run_time: float = 0.
             raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {name!r}")
     layers = {layer.name: layer for layer in TABLE_I}
 
-    def memory(name: str, layer: ConvConfig) -> dict:
-        return {"workspace_bytes": STRATEGIES[name].workspace_bytes(layer, False),
+    def memory(name: str, layer: ConvConfig, status: str) -> dict:
+        """Analytic memory at batch 128; no workspace for a row that did not run."""
+        return {"workspace_bytes": (STRATEGIES[name].workspace_bytes(layer, False)
+                                    if status == "ok" else None),
                 "tensor_bytes": tensor_bytes(layer)}
 
     rec = results.recorded(conv_bench.PREFIX, conv_bench.COMMAND, directory=directory,
@@ -351,7 +354,8 @@ def table1_rows(device: str = "cpu", *, directory=None, min_run_time: float = 0.
                 ms = r["median_ms"] if isinstance(r["median_ms"], (int, float)) else None
                 rows[r["layer"]].append({"strategy": r["strategy"], "median_ms": ms,
                                          "status": r["status"],
-                                         **memory(r["strategy"], layers[r["layer"]])})
+                                         **memory(r["strategy"], layers[r["layer"]],
+                                                  r["status"])})
         return Table1Rows(rows, "recorded", gpus[0], rec.note)
     measured_batch = STUDY_BATCH if device == "cuda" else 1
     rows, label = {}, device
@@ -365,7 +369,7 @@ def table1_rows(device: str = "cpu", *, directory=None, min_run_time: float = 0.
             rows[name].append({"strategy": strategy, "status": m["status"],
                                "median_ms": None if ms is None
                                else ms * STUDY_BATCH / measured_batch,
-                               **memory(strategy, layer)})
+                               **memory(strategy, layer, m["status"])})
     if device == "cuda":
         return Table1Rows(rows, "measured", label, f"measured at batch {STUDY_BATCH} on {label}")
     return Table1Rows(rows, "estimated", label,

@@ -258,7 +258,8 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     Returns:
         dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
         ``iqr_ms``, ``gflop_per_s`` (the strategy's FLOPs over the median), ``flops``,
-        ``workspace_bytes`` (analytic; None if unknown), ``peak_bytes`` (measured; None if not
+        ``workspace_bytes`` (analytic; None if unknown or if the strategy cannot compute
+        this configuration on ``device``), ``peak_bytes`` (measured; None if not
         measured), ``status`` (``"ok"``, or why nothing was measured: :func:`refusal`, or the
         error the call raised). Never raises for a configuration it cannot run.
 
@@ -273,7 +274,8 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     row = {"strategy": strategy, "family": strat.family, "device": timing.device_label(device),
            "pass": "forward+backward" if backward else "forward", "median_ms": None,
            "iqr_ms": None, "gflop_per_s": None, "flops": strat.flops(cfg, backward),
-           "workspace_bytes": strat.workspace_bytes(cfg, backward), "peak_bytes": None,
+           "workspace_bytes": (None if strat.supports(cfg, device)   # cannot run it at all
+                               else strat.workspace_bytes(cfg, backward)), "peak_bytes": None,
            "status": "ok"}
     if time_up(deadline):
         row["status"] = time_limit_status(time_limit)

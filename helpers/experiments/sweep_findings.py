@@ -169,8 +169,9 @@ def findings(rows: list[dict]) -> list[dict]:
             "here": here + f"; fastest at stride {hi}: {fastest_hi}",
             "agrees": agrees})
     by_point: dict[tuple, dict[str, float]] = {}
-    for r in rows:
-        if r["sweep"] != "table1" and r.get("workspace_bytes") not in (None, ""):
+    for r in rows:   # only what ran: a strategy that cannot run a point has no footprint there
+        if (r["sweep"] != "table1" and r["status"] == "ok"
+                and r.get("workspace_bytes") not in (None, "")):
             point = by_point.setdefault((r["sweep"], r["x"]), {})
             point[r["strategy"]] = float(r["workspace_bytes"])
     if by_point:
@@ -184,7 +185,7 @@ def findings(rows: list[dict]) -> list[dict]:
                      f"of {len(top)} points (im2col-gemm at {top.count('im2col-gemm')})"),
             "agrees": n_fft > len(top) / 2})
     base_rows = [r for r in rows if r["sweep"] == "kernel" and r["strategy"] == "im2col-gemm"
-                 and r.get("workspace_bytes") not in (None, "")]
+                 and r["status"] == "ok" and r.get("workspace_bytes") not in (None, "")]
     if base_rows:
         r = max(base_rows, key=lambda r: r["k"])
         x_bytes = 4 * r["b"] * r["c"] * r["i"] * r["i"]
