@@ -118,6 +118,31 @@ def test_direct_tiled_reaches_half_occupancy_on_an_h100(table):
     assert row["smem_per_block"] >= 4 * 32 * 32  # its shared input tile is really allocated
 
 
+def _multiplies_by_zero(ptx: str) -> list[str]:
+    """The float32 multiplies and FMAs in ``ptx`` with the constant 0 (or -0) as a factor."""
+    found = []
+    for line in ptx.splitlines():
+        op = line.strip().split(None, 1)
+        if op and op[0] in ("mul.rn.f32", "fma.rn.f32", "mul.f32", "fma.f32"):
+            factors = [a.strip(" ;") for a in op[1].split(",")][1:3]
+            if {"0f00000000", "0f80000000"} & set(factors):
+                found.append(line.strip())
+    return found
+
+
+def test_the_winograd_kernels_leave_out_their_zero_coefficients():
+    """IEEE arithmetic keeps x * 0 (NaN * 0 is NaN), so a constant 0 in a transform matrix
+    still costs an FMA unless the kernel leaves the term out itself (notebook 10)."""
+    specs = [s for s in kernels.KERNELS if s.module == "helpers.conv.winograd"]
+    assert len(specs) == 6
+    done = compiled.compile_many([compiled.Job(s.dispatcher(), s.argtypes) for s in specs])
+    for spec, result in zip(specs, done):
+        assert not _multiplies_by_zero(result.ptx), (spec.name, _multiplies_by_zero(result.ptx))
+    planted = ("fma.rn.f32 \t%f1, %f2, 0f00000000, %f3;\n"     # a factor 0: caught
+               "fma.rn.f32 %f4, %f5, 0f3F000000, 0f00000000;")  # 0.5 * x + 0: not a factor
+    assert _multiplies_by_zero(planted) == ["fma.rn.f32 \t%f1, %f2, 0f00000000, %f3;"]
+
+
 def test_the_kept_first_versions_are_the_befores_the_compiler_objects_to(table):
     before = {r["kernel"]: r for r in kernels.compiled_table(("sm_90",), kernels.BEFORE_KERNELS)}
     now = {r["kernel"]: r for r in table if r["target"] == "sm_90"}

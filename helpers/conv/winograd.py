@@ -111,7 +111,9 @@ def _matrix(role: str, m: int, r: int, device) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- CUDA kernels
 # Each kernel is compiled for one matrix: its sizes and entries are constants, so the compiler
-# unrolls every loop, keeps the tile in registers and drops the multiplies by 0 and +-1.
+# unrolls every loop, keeps the tile in registers and turns a multiply by +-1 into a copy. A
+# multiply by 0 it must keep (IEEE: 0 * NaN is NaN, 0 * -x is -0), so the kernels leave out the
+# terms whose coefficient is 0 themselves: the test on a constant is decided at compile time.
 
 
 def make_transform_kernel(t_matrix: np.ndarray, name: str):
@@ -143,14 +145,16 @@ def make_transform_kernel(t_matrix: np.ndarray, name: str):
             for v in range(k_):
                 acc = float32(0.0)
                 for e in range(k_):
-                    acc += t[u, e] * d[e, v]
+                    if t[u, e] != 0.0:   # a compile-time constant: the term is left out
+                        acc += t[u, e] * d[e, v]
                 td[u, v] = acc
         col = (n * th + i) * tw + j
         for u in range(a_):
             for v in range(a_):
                 acc = float32(0.0)
                 for e in range(k_):
-                    acc += td[u, e] * t[v, e]
+                    if t[v, e] != 0.0:
+                        acc += td[u, e] * t[v, e]
                 out[u * a_ + v, ch, col] = acc
 
     return _named(kernel, name)
@@ -184,7 +188,8 @@ def make_inverse_kernel(at_matrix: np.ndarray, name: str):
             for v in range(a_):
                 acc = float32(0.0)
                 for e in range(a_):
-                    acc += at[u, e] * t[e, v]
+                    if at[u, e] != 0.0:
+                        acc += at[u, e] * t[e, v]
                 am[u, v] = acc
         for u in range(m_):
             for v in range(m_):
@@ -192,7 +197,8 @@ def make_inverse_kernel(at_matrix: np.ndarray, name: str):
                 if pi >= 0 and pi < p_ and qi >= 0 and qi < q_:
                     acc = float32(0.0)
                     for e in range(a_):
-                        acc += am[u, e] * at[v, e]
+                        if at[v, e] != 0.0:
+                            acc += am[u, e] * at[v, e]
                     y[n, ch, pi, qi] = acc
 
     return _named(kernel, name)
