@@ -313,4 +313,4 @@ def fp64_advice(compiled: CompiledKernel, kernel_source: str | None = None) -> s
     return (f"on a GPU this kernel would compute in float64 ({compiled.fp64_count} FP64 "
             f"instructions, the first from {where}): a Python float literal, or float32 "
             f"mixed with an int (as in max(x, 0)), is computed as float64 in Numba. Use "
-            f"float32 constants there, e.g. float32(0.0).")
+            f"float32 constants there, e.g. float32(0) (`from numba import float32`).")

@@ -12,6 +12,7 @@ import re
 import textwrap
 import warnings
 
+from IPython import get_ipython
 from IPython.display import Code, display
 
 from helpers.device import backend
@@ -23,6 +24,7 @@ __all__ = [
     "colab_url",
     "colab_badge",
     "badge_target",
+    "name_error_hint",
     "setup",
     "source_of",
     "show_source",
@@ -95,6 +97,23 @@ def setup() -> None:
     problem = backend.ptx_check()
     if problem:
         warnings.warn(problem, backend.BackendWarning, stacklevel=2)
+    shell = get_ipython()
+    if shell is not None:   # a name used before the cell defining it ran: say what to run
+        shell.set_custom_exc((NameError,), name_error_hint)
+
+
+def name_error_hint(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom handler for a NameError (:meth:`set_custom_exc`): the usual traceback,
+    then which cell to run. Running a lab's check cell before its TODO cell, or any cell after a
+    kernel restart, raises one."""
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    name = getattr(value, "name", None) or "a name"
+    hint = (f"`{name}` is not defined yet: run the cell that defines it first. In a lab that "
+            f"is the TODO cell above this check; after a restart of the kernel, run the cells "
+            f"from the top.")
+    display({"text/html": f"<div style='border-left:4px solid #d62728;padding:0.4em 0.8em'>"
+                          f"{_inline(hint)}</div>", "text/plain": hint}, raw=True)
+    return None
 
 
 def source_of(obj) -> str:

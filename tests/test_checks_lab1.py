@@ -15,7 +15,7 @@ import math
 import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, float32
 
 from helpers.checks import lab1
 from helpers.checks.lab1 import check_launch_config, check_relu, check_relu_grid_stride, check_saxpy
@@ -461,11 +461,35 @@ def test_saxpy_with_a_float64_accumulator_fails_naming_the_fix():
     assert "acc += a * x[i]" in report.message  # the line the FP64 instructions come from
 
 
+@cuda.jit
+def relu_max_with_a_float_literal(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = max(x[i], 0.0)  # float32 with a float64 literal: computed as float64
+
+
+@cuda.jit
+def relu_max_with_a_float32_zero(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = max(x[i], float32(0))
+
+
 @pytest.mark.each_python
 def test_relu_computing_in_float64_fails_with_the_line():
     report = lab1.check_relu(relu_max_with_an_int)
     assert not report.passed
-    assert "max(x[i], 0)" in report.message and "float32(0.0)" in report.message
+    assert "max(x[i], 0)" in report.message and "float32(0)" in report.message
+    assert "from numba import float32" in report.message   # the fix names its import
+
+
+@pytest.mark.each_python
+def test_relu_with_max_passes_only_with_a_float32_zero():
+    """What lab 1's TODO 1 says: max(x[i], 0.0) fails the check, max(x[i], float32(0))
+    passes."""
+    report = lab1.check_relu(relu_max_with_a_float_literal)
+    assert not report.passed and "max(x[i], 0.0)" in report.message
+    assert lab1.check_relu(relu_max_with_a_float32_zero).passed
 
 
 @pytest.mark.each_python

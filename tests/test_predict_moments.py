@@ -1,4 +1,4 @@
-"""Each notebook 01-09 asks the learner to predict a measurement before it runs, then reveals the
+"""Each notebook 01-10 asks the learner to predict a measurement before it runs, then reveals the
 answer folded (``notebook.reveal`` or a ``<details>`` block) after it."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[01][0-9]_*.ipynb")
+                   if "01" <= p.name[:2] <= "10")
 
 
 def _moments(nb) -> list[tuple[int, int]]:
@@ -29,8 +30,8 @@ def _moments(nb) -> list[tuple[int, int]]:
     return pairs
 
 
-def test_there_are_nine_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"0{n}" for n in range(1, 10)]
+def test_there_are_ten_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(1, 11)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
