@@ -96,6 +96,21 @@ def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
     assert sum(r["status"] == "ok" for r in rows) >= len(pts) * 4  # the four CPU strategies
 
 
+def test_the_rows_so_far_are_handed_over_after_each_pass(monkeypatch):
+    """A run stopped later keeps what the passes before it measured (the command saves them)."""
+    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
+    five = Preset("five", (1, 8, 2, 3, 1), 1, range(1, 6), range(8, 9), range(2, 3),
+                  range(3, 4), range(1, 2), 1, "five batch sizes")
+    passes = []
+    rows = run_preset(five, devices=["cpu"], strategies=["reference"], min_run_time=0.002,
+                      progress=False, on_pass=passes.append)
+    assert len(passes) == 3 and passes[-1] == rows       # passes 0, 1 and 2 of batch 1..5
+    assert [len(p) for p in passes] == sorted({len(p) for p in passes})
+    first = {r["x"] for r in passes[0] if r["sweep"] == "batch"}
+    assert first == {1, 5}                                # every fourth point, and the last
+    assert all(r in rows for p in passes for r in p)
+
+
 def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "tiny", TINY)
     monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])

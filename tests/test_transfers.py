@@ -406,8 +406,12 @@ PAST = {"deadline": time.monotonic() - 1.0, "time_limit": 7.5}  # a deadline alr
 
 
 def test_measure_past_deadline_gives_only_skipped_rows():
+    handed = []
     rows = transfers.measure(["Conv5"], batch=4, chunks=2, sizes=[4096, 8192], repeats=3,
-                             **PAST)
+                             on_experiment=lambda e, r: handed.append((e, r)), **PAST)
+    # each experiment is handed over (to be saved) as soon as it is done, in the order run
+    assert [e for e, _ in handed] == ["bandwidth", "overlap", "timeline", "share"]
+    assert all(r is rows[e] or r == rows[e] for e, r in handed)
     assert len(rows["bandwidth"]) == 8 and len(rows["overlap"]) == 1
     assert len(rows["share"]) == len(transfers.TRANSFER_STRATEGIES) and rows["timeline"] == []
     for experiment, fields in (("bandwidth", transfers.BANDWIDTH_FIELDS),

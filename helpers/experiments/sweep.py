@@ -342,7 +342,7 @@ def _random_inputs(cfg: ConvConfig, backward: bool, seed: int, device: str):
 def run_preset(preset: str | Preset, devices: list[str] | None = None,
                strategies: list[str] | None = None, min_run_time: float = 0.05,
                budget_s: float = 2.0, progress: bool = True, *, deadline: float | None = None,
-               time_limit: float | None = None) -> list[dict]:
+               time_limit: float | None = None, on_pass=None) -> list[dict]:
     """Run every (point, strategy, device) of a preset; rows with the keys of :data:`FIELDS`.
 
     Args:
@@ -353,6 +353,8 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
         min_run_time, budget_s, deadline, time_limit: as :func:`measure` (once the deadline
             has passed, every remaining row says so and nothing more is run).
         progress: show a progress bar (:func:`helpers.device.progress.progress`).
+        on_pass: called after each pass of the coarse-to-fine order with the rows measured so
+            far, in the points' order (to save them: a run stopped later keeps those).
 
     Raises:
         ValueError: an unknown preset, strategy or device.
@@ -370,13 +372,16 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
     jobs = [(p, n, d) for p in points for n in names for d in devs]
     rows: list[dict] = [{} for _ in jobs]
     level = _coarse_to_fine(points)
-    order = sorted(range(len(jobs)), key=lambda j: level[j // (len(names) * len(devs))])
-    for j in progress_bar(order, desc=f"sweep {preset.name}", unit=" runs",
-                          disable=not progress):
+    level_of = lambda j: level[j // (len(names) * len(devs))]  # noqa: E731
+    order = sorted(range(len(jobs)), key=level_of)
+    for n, j in enumerate(progress_bar(order, desc=f"sweep {preset.name}", unit=" runs",
+                                       disable=not progress)):
         point, name, device = jobs[j]
         base = {"preset": preset.name, **point.fields()}
         rows[j] = {**base, **measure(point.cfg, name, device, True, min_run_time, True,
                                      budget_s, deadline=deadline, time_limit=time_limit)}
+        if on_pass and (n + 1 == len(order) or level_of(order[n + 1]) != level_of(j)):
+            on_pass([{k: r[k] for k in FIELDS} for r in rows if r])
     return [{k: r[k] for k in FIELDS} for r in rows]
 
 
@@ -518,7 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{preset.name}: {preset.note}")
     print(f"kernels: {backend.info().device_label}")
     rows = run_preset(preset, devices, min_run_time=args.min_run_time, budget_s=args.budget,
-                      progress=not args.no_progress, deadline=deadline, time_limit=args.time_limit)
+                      progress=not args.no_progress, deadline=deadline, time_limit=args.time_limit,
+                      on_pass=lambda done: write_csv(done, args.out, preset,
+                                                     time.monotonic() - start))
     seconds = time.monotonic() - start
     json_path = write_csv(rows, args.out, preset, seconds)
     measured = sum(r["status"] == "ok" for r in rows)

@@ -410,8 +410,8 @@ def transfer_share(layer: ConvConfig | str, strategy: str = "pageable", *,
 
 def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None = None,
             chunks: int = 4, sizes: Iterable[int] = DEFAULT_SIZES, repeats: int = 20,
-            deadline: float | None = None,
-            time_limit: float | None = None) -> dict[str, list[dict]]:
+            deadline: float | None = None, time_limit: float | None = None,
+            on_experiment=None) -> dict[str, list[dict]]:
     """Every experiment of this module on this GPU, as :func:`main` records it.
 
     Args:
@@ -422,6 +422,8 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None =
         repeats: timed copies per size; the layer runs are timed ``max(3, repeats // 2)`` times.
         deadline: a :func:`time.monotonic` value; no copy size, overlap or share experiment
             starts after it (None: no deadline). time_limit: the seconds it came from (text).
+        on_experiment: called with (experiment, its rows) as soon as each is measured (to save
+            it: a run stopped later keeps those).
 
     Returns:
         ``{"bandwidth": rows, "overlap": rows, "share": rows, "timeline": rows}`` (the keys of
@@ -443,19 +445,23 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, *, batch: int | None =
         chunk_bounds(lay.n, chunks)
     runs = max(3, repeats // 2)
     limit = dict(deadline=deadline, time_limit=time_limit)
+    done = on_experiment or (lambda experiment, rows: None)
     bw = [r for d in DIRECTIONS for pinned in (False, True)
           for r in copy_bandwidth(sizes, d, pinned, repeats=repeats, references=False, **limit)]
+    done("bandwidth", bw)
     overlaps = [overlap_experiment(lay, chunks, repeats=runs, **limit) for lay in layers]
-    shares = [transfer_share(lay, strategy, chunks=chunks, repeats=runs, **limit)
-              for lay in layers for strategy in TRANSFER_STRATEGIES]
     timeline = []
     for o in overlaps:
         for t in o["timeline"]:
             full = dict(t, experiment="timeline", layer=o["layer"], b=o["b"], chunks=o["chunks"],
                         device=o["device"], device_kind="cuda", status="ok")
             timeline.append({k: full[k] for k in TIMELINE_FIELDS})
-    return {"bandwidth": bw, "overlap": [{k: o[k] for k in OVERLAP_FIELDS} for o in overlaps],
-            "share": shares, "timeline": timeline}
+    overlap_rows = [{k: o[k] for k in OVERLAP_FIELDS} for o in overlaps]
+    done("overlap", overlap_rows), done("timeline", timeline)
+    shares = [transfer_share(lay, strategy, chunks=chunks, repeats=runs, **limit)
+              for lay in layers for strategy in TRANSFER_STRATEGIES]
+    done("share", shares)
+    return {"bandwidth": bw, "overlap": overlap_rows, "share": shares, "timeline": timeline}
 
 
 def recorded(experiment: str, directory=None, **match) -> results.Recorded:
@@ -563,9 +569,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"measuring on {_device_label()}")
     quick = args.quick
     deadline = None if args.time_limit is None else start + args.time_limit
+    slug = results.slug(backend.info().gpu_name or "gpu")
+
+    def save(experiment: str, experiment_rows: list[dict]) -> None:  # as soon as measured
+        name = (f"{PREFIX}{experiment}_{slug}" if experiment == "bandwidth"
+                else f"{PREFIX}{experiment}_b{batch}_{slug}")
+        if experiment_rows:
+            paths = results.save(name, experiment_rows, directory=args.out)
+            print("saved " + ", ".join(str(p) for p in paths), flush=True)
+
     rows = measure(TABLE_I[-1:] if quick else TABLE_I, batch=batch, chunks=args.chunks,
                    sizes=DEFAULT_SIZES[::2] if quick else DEFAULT_SIZES,
-                   repeats=5 if quick else 20, deadline=deadline, time_limit=args.time_limit)
+                   repeats=5 if quick else 20, deadline=deadline, time_limit=args.time_limit,
+                   on_experiment=save if args.save else None)
     print(format_table(rows["bandwidth"], ("direction", "memory", "size_bytes", "median_ms",
                                            "iqr_ms", "gb_s", "status")))
     print()
@@ -576,14 +592,6 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows["share"], ("layer", "b", "strategy", "pass", "h2d_ms",
                                        "compute_ms", "d2h_ms", "total_ms", "copy_share",
                                        "status")))
-    if args.save:
-        slug = results.slug(backend.info().gpu_name or "gpu")
-        for experiment in EXPERIMENTS:
-            name = (f"{PREFIX}{experiment}_{slug}" if experiment == "bandwidth"
-                    else f"{PREFIX}{experiment}_b{batch}_{slug}")
-            if rows[experiment]:
-                paths = results.save(name, rows[experiment], directory=args.out)
-                print("saved " + ", ".join(str(p) for p in paths))
     return 0
 
 
