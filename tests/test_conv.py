@@ -208,6 +208,9 @@ def test_fft_and_winograd_refuse_non_finite_input_and_others_propagate_it():
     with pytest.raises(ValueError, match="winograd needs finite values: dy contains"):
         conv2d_backward(GOOD_X, GOOD_W, dy, strategy="winograd")
     assert [n for n, s in STRATEGIES.items() if s.finite_only] == ["fft", "winograd"]
+    big = np.full((1, 1, 5, 5), 3e38, np.float32)   # finite, but their float32 sum overflows
+    for strategy in ("fft", "winograd"):
+        conv2d(big, GOOD_W[:1, :1], strategy=strategy)   # accepted: no NaN or infinity in it
     y = conv2d(x, GOOD_W, strategy="im2col-gemm")
     assert np.isnan(y[0, :, 0, 0]).all() and np.isfinite(y[0, :, 2, 2]).all()
 
