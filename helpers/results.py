@@ -21,8 +21,8 @@ import tempfile
 
 from helpers.device import backend
 
-__all__ = ["PARTIAL", "REFUSED", "RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find", "recorded",
-           "slug"]
+__all__ = ["PARTIAL", "REFUSED", "RESULTS_DIR", "Dataset", "Recorded", "save", "load", "find",
+           "recorded", "slug"]
 
 #: Exit status of a recording command that has nothing to measure on this machine (a GPU-only
 #: command without a GPU), as distinct from a failure (1) and from bad arguments (2).

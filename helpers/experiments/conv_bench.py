@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.conv_bench [--batch N] [--device cpu|cuda] [--save]
     [--out DIR] [--time-limit S] [--quick]``: print the table; ``--save`` writes
     ``DIR/conv_table1_b<N>_<device>.csv`` + ``.json`` (``<device>``: the GPU's name, or
-    ``cpu`` when only the CPU was measured), rewritten after each layer. Returns 0; 1 for ``--device cuda --save`` without
-    a GPU (nothing saved); 2 for a bad argument."""
+    ``cpu`` when only the CPU was measured), rewritten after each layer. Returns 0; 1 for
+    ``--device cuda --save`` without a GPU (nothing saved); 2 for a bad argument."""
     start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.conv_bench",
                                      description=__doc__.splitlines()[0])

@@ -5,10 +5,11 @@ recording commands (:data:`PARTS`, most needed first) one after another in one m
 process, so that torch, Numba and the compiled kernels are loaded once, and ends within N
 seconds. After every part, and whenever a running part saves a file, DIR holds the summary
 (``gpu_reference_<gpu>.csv`` and ``.json``) and one archive of everything recorded so far
-(``.tar.gz``, members named ``results/...``): a kill loses only what was not saved. SIGTERM or SIGINT stops that part, packs and
-prints the headline, which is always printed last. ``--resume`` keeps what an earlier run in
-DIR recorded. ``--dry-run`` runs the same path on a CPU at tiny sizes. It needs only python3
-with numpy, numba, numba-cuda and torch (psutil, tqdm, nvidia-ml-py, torchvision when there).
+(``.tar.gz``, members named ``results/...``): a kill loses only what was not saved. SIGTERM or
+SIGINT stops that part, packs and prints the headline, which is always printed last.
+``--resume`` keeps what an earlier run in DIR recorded. ``--dry-run`` runs the same path on a
+CPU at tiny sizes. It needs only python3 with numpy, numba, numba-cuda and torch (psutil, tqdm,
+nvidia-ml-py, torchvision when there).
 """
 
 from __future__ import annotations
