@@ -425,3 +425,13 @@ def test_command_saves_no_cpu_profiles_even_with_out(tmp_path, capsys):
                  "--threads", "1", "--save", "--out", str(tmp_path)]) == 0
     assert "not saved: results/ holds GPU measurements" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_profile_is_handed_over_as_soon_as_it_is_measured(monkeypatch):
+    """So that the command saves after each network: a run stopped later keeps those."""
+    monkeypatch.setattr(hotspots, "measure", lambda model, *a, **k: SimpleNamespace(model=model))
+    handed = []
+    profiles, late = hotspots.profile_models([("alexnet", 32), ("vgg16", 32)], 1, 1,
+                                             on_profile=handed.append)
+    assert [[p.model for p in h] for h in handed] == [["alexnet"], ["alexnet", "vgg16"]]
+    assert handed[-1] == profiles and late == []

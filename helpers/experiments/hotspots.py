@@ -215,7 +215,8 @@ def measure(model_name: str, batch: int, input_size: int, iterations: int,
 def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, device: str = "cpu",
                    warmup: int = 1, budget_s: float = 120.0, threads: int | None = None, *,
                    deadline: float | None = None, time_limit: float | None = None,
-                   verbose: bool = False) -> tuple[list[HotspotProfile], list[tuple[str, str]]]:
+                   verbose: bool = False, on_profile=None
+                   ) -> tuple[list[HotspotProfile], list[tuple[str, str]]]:
     """:func:`measure` each ``(model_name, input_size)`` of ``runs`` in turn, until a deadline.
 
     Args:
@@ -225,6 +226,8 @@ def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, dev
             finishes). None: no deadline.
         time_limit: the ``--time-limit`` (seconds) the deadline came from, for the status text.
         verbose: print a line as each network starts.
+        on_profile: called with the profiles so far after each network is measured (to save
+            them: a run stopped later keeps those).
 
     Returns:
         ``(profiles, skipped)``: the :class:`HotspotProfile` of each network measured, in
@@ -246,6 +249,8 @@ def profile_models(runs: list[tuple[str, int]], batch: int, iterations: int, dev
         try:
             profiles.append(measure(model_name, batch, size, iterations, device, warmup,
                                     budget_s=budget_s, threads=threads))
+            if on_profile:
+                on_profile(list(profiles))
         except ValueError:
             raise
         except Exception as exc:  # noqa: BLE001  (an out-of-memory, a CUDA or profiler error:
@@ -478,9 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refused: the {len(runs)} runs together are estimated at about {total_est:,.0f} s, "
               f"over the {args.budget:g} s budget (raise --budget or measure fewer models)")
         return 2
+    command = "python -m helpers.experiments.hotspots " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    saving = args.save and device == "cuda"   # after each network, what a later stop keeps
     profiles, late = profile_models(runs, batch, iterations, device, args.warmup, args.budget,
                                     threads, deadline=deadline, time_limit=args.time_limit,
-                                    verbose=True)
+                                    verbose=True, on_profile=lambda done: save(
+                                        done, command=command, directory=args.out)
+                                    if saving else None)
     for m, status in late:
         print(f"{MODELS[m]}: {status}")
     if not profiles:
@@ -488,9 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(format_table(profiles))
     if args.save:
-        if device == "cuda":
-            command = "python -m helpers.experiments.hotspots " + " ".join(
-                sys.argv[1:] if argv is None else argv)
+        if saving:
             print("saved", *save(profiles, command=command, directory=args.out))
         else:
             print("not saved: results/ holds GPU measurements (run with --device cuda on a GPU)")

@@ -541,19 +541,31 @@ def main(argv: list[str] | None = None) -> int:
     exp, rows, trace = args.experiment, [], None
     print(f"dataset: {args.dataset}; CPU: {device_label('cpu')}; "
           f"GPU: {device_label('cuda') if gpu else training.gpu_reason()}")
+    name = f"{PREFIX}{results.slug(backend.info().gpu_name if gpu else backend.info().cpu_model)}"
+    command = " ".join(["python -m helpers.experiments.training_throughput",
+                        *(sys.argv[1:] if argv is None else argv)])
+
+    def checkpoint() -> None:   # after each experiment: a run stopped later keeps those
+        if args.save and rows:
+            results.save(name, rows, command=command, directory=args.out)
+
     if exp in ("all", "batch"):
         for device, sizes in plan["batch"]:
             rows += batch_size_sweep(args.model, sizes, [device], progress=True, **common,
                                      **limit)
+        checkpoint()
     if exp in ("all", "workers"):
         for device, batch, ws in plan["workers"]:
             rows += workers_sweep(args.model, ws, device=device, progress=True,
                                   batch_size=batch, **common, **limit)
+        checkpoint()
     if exp in ("all", "depth"):
         models, batch = plan["depth"]
         rows += depth_sweep(models, batch, ["cpu", "cuda"], progress=True, **common, **limit)
+        checkpoint()
     if exp in ("all", "precision"):
         rows += precision_sweep("resnet20", 256, "cuda", progress=True, **common, **limit)
+        checkpoint()
     if exp in ("all", "utilisation"):
         batch, seconds = plan["utilisation"]
         trace = utilisation_trace(args.model, "cuda" if gpu else "cpu", batch_size=batch,
@@ -569,10 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{late} of {len(rows)} points not measured: {time_limit_status(args.time_limit)}")
     if args.save:
         device = backend.info().gpu_name if gpu else backend.info().cpu_model
-        command = " ".join(["python -m helpers.experiments.training_throughput",
-                            *(sys.argv[1:] if argv is None else argv)])
-        print("wrote", *results.save(f"{PREFIX}{results.slug(device)}", rows, command=command,
-                                     directory=args.out))
+        print("wrote", *results.save(name, rows, command=command, directory=args.out))
         if trace and trace["samples"]:
             samples = [dict(experiment="utilisation_trace", model=trace["row"]["model"],
                             dataset=trace["row"]["dataset"],
