@@ -457,3 +457,11 @@ def test_count_rows_tells_measured_from_skipped(tmp_path):
     results.save("t", rows, directory=tmp_path)
     assert summary.count_rows(["t.csv", "t.json"], tmp_path) == {
         "rows": 4, "measured": 2, "skipped_for_time": 1}
+
+
+def test_a_signal_in_the_block_sets_stop_and_the_old_handler_comes_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with ref.stop_on_signals() as (stop, caught):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(10) and caught == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is before

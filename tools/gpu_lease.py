@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import signal
 import sys
 import threading
 import time
@@ -54,7 +53,8 @@ def _tests_line(log: pathlib.Path) -> str:
 def lease(out: pathlib.Path, *, budget_s: float = DEFAULT_BUDGET_S,
           tests_s: float = DEFAULT_TESTS_S, dry_run: bool = False, resume: bool = False,
           stop: threading.Event | None = None, worker=None, tests_argv=None,
-          catalogue: tuple[ref.Part, ...] = ref.PARTS) -> tuple[list[dict], pathlib.Path, int]:
+          catalogue: tuple[ref.Part, ...] = ref.PARTS
+          ) -> tuple[list[dict], pathlib.Path, int | None]:
     """The tier-one recording, the GPU tests and tier two into ``out``, within ``budget_s``.
 
     Args:
@@ -128,22 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         print(reason.replace("make gpu-reference", "make gpu-lease"), file=sys.stderr)
         return 2
     out = pathlib.Path(args.out) if args.out else (DRY_RUN_DIR if args.dry_run else OUT_DIR)
-    stop, caught = threading.Event(), []
-
-    def on_signal(signum, frame):  # noqa: ARG001
-        caught.append(signum)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        rows, archive, code = lease(out, budget_s=args.budget_s - (time.monotonic() - begun),
-                                    tests_s=args.tests_s, dry_run=args.dry_run,
-                                    resume=args.resume, stop=stop)
-    except ValueError as exc:
-        parser.error(str(exc))
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    with ref.stop_on_signals() as (stop, caught):
+        try:
+            rows, archive, code = lease(out, budget_s=args.budget_s - (time.monotonic() - begun),
+                                        tests_s=args.tests_s, dry_run=args.dry_run,
+                                        resume=args.resume, stop=stop)
+        except ValueError as exc:
+            parser.error(str(exc))
     print(f"\nGPU tests: {_tests_line(out / TESTS_LOG)} (exit status "
           f"{'none' if code is None else code}; log {out / TESTS_LOG})")
     ref.print_report(rows, out, archive)

@@ -15,6 +15,7 @@ nvidia-ml-py, torchvision when there).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -46,6 +47,7 @@ __all__ = [
     "plan",
     "print_report",
     "run",
+    "stop_on_signals",
 ]
 
 #: File-name prefix of the run's summary (one row per part) and archive.
@@ -442,6 +444,25 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
     return rows, _pack(out, work, slug, rows, meta)
 
 
+@contextlib.contextmanager
+def stop_on_signals():
+    """Within the block, SIGTERM and SIGINT do not end the process: they set the yielded
+    ``stop`` event (what :func:`run` watches) and are appended to ``caught``; the previous
+    handlers are restored after it. Yields ``(stop, caught)``."""
+    stop, caught = threading.Event(), []
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        caught.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop, caught
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def print_report(rows: list[dict], out: pathlib.Path, archive: pathlib.Path) -> None:
     """Print the archive's place, then :func:`run`'s rows and the headline read from the
     archive's files: the headline is printed last."""
@@ -494,22 +515,13 @@ def main(argv: list[str] | None = None) -> int:
         print(reason, file=sys.stderr)
         return 2
     out = pathlib.Path(args.out) if args.out else (DRY_RUN_DIR if args.dry_run else OUT_DIR)
-    stop, caught = threading.Event(), []
-
-    def on_signal(signum, frame):  # noqa: ARG001
-        caught.append(signum)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        rows, archive = run(out, dry_run=args.dry_run, resume=args.resume, tier=args.tier,
-                            budget_s=args.budget_s - (time.monotonic() - begun), stop=stop,
-                            parts=args.parts.split(",") if args.parts else None)
-    except ValueError as exc:
-        parser.error(str(exc))
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    with stop_on_signals() as (stop, caught):
+        try:
+            rows, archive = run(out, dry_run=args.dry_run, resume=args.resume, tier=args.tier,
+                                budget_s=args.budget_s - (time.monotonic() - begun), stop=stop,
+                                parts=args.parts.split(",") if args.parts else None)
+        except ValueError as exc:
+            parser.error(str(exc))
     print_report(rows, out, archive)
     if caught:
         return 128 + caught[0]

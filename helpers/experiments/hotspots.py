@@ -488,8 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     saving = args.save and device == "cuda"   # after each network, what a later stop keeps
     profiles, late = profile_models(runs, batch, iterations, device, args.warmup, args.budget,
                                     threads, deadline=deadline, time_limit=args.time_limit,
-                                    verbose=True, on_profile=lambda done: save(
-                                        done, command=command, directory=args.out)
+                                    verbose=True,
+                                    on_profile=(lambda done: save(done, command=command,
+                                                                  directory=args.out))
                                     if saving else None)
     for m, status in late:
         print(f"{MODELS[m]}: {status}")
