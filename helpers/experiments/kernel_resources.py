@@ -24,7 +24,7 @@ from numba import cuda
 
 from helpers import elementwise as ew
 from helpers import occupancy, results
-from helpers.conv import config_for, direct, gemm, unroll
+from helpers.conv import config_for, direct, gemm, unroll, winograd
 from helpers.device import backend
 from helpers.device.arrays import cuda_device, to_torch
 from helpers.device.progress import time_limit_status, time_up
@@ -66,6 +66,7 @@ def _launch_every_kernel(deadline: float | None = None) -> int:
         lambda: direct.forward_naive(x, w, cfg),
         lambda: direct.forward_tiled(x, w, cfg),
         lambda: direct.backward_cuda(x, w, dy, cfg),
+        lambda: winograd.backward(x, w, dy, cfg, "cuda"),  # all six of its kernels
         lambda: unroll.col2im(unroll.im2col(x, cfg), cfg),
         lambda: gemm.gemm(a, a.T.copy(), "naive"),
         lambda: gemm.gemm(a, a.T.copy(), "tiled"),
