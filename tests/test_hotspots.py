@@ -259,7 +259,7 @@ def test_estimate_is_seconds_that_grow_with_the_work():
 
 
 def test_runs_too_large_for_memory_are_refused(monkeypatch):
-    monkeypatch.setattr(hotspots, "_memory_available", lambda device: 2**30)
+    monkeypatch.setattr(hotspots.memory, "available_bytes", lambda device: 2**30)
     reason = refusal("vgg16", 64, 224, 1, "cpu", budget_s=1e9)
     assert reason.startswith("refused:") and "GiB" in reason
 

@@ -119,3 +119,20 @@ def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         memory.peak_memory(lambda: calls.append(1), **kwargs)
     assert calls == []
+
+
+def test_available_bytes_counts_torchs_unused_cache_as_free_on_a_gpu(monkeypatch):
+    # the driver counts the caching allocator's reserved blocks as used; this process reuses them
+    monkeypatch.setattr(memory.backend, "MODE", "gpu")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (10 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 50 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 20 * 2**30)
+    assert memory.available_bytes("cuda") == 40 * 2**30
+    monkeypatch.setattr(memory.host, "ram_available_bytes", lambda: 7 * 2**30)
+    assert memory.available_bytes("cpu") == 7 * 2**30
+
+
+def test_available_bytes_is_host_memory_under_the_simulator(monkeypatch):
+    monkeypatch.setattr(memory.backend, "MODE", "simulator")
+    monkeypatch.setattr(memory.host, "ram_available_bytes", lambda: 3 * 2**30)
+    assert memory.available_bytes("cuda") == 3 * 2**30

@@ -234,13 +234,6 @@ def _check_device(device) -> None:
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r} (or None: x's device)")
 
 
-def _available_bytes(device: str) -> int:
-    if device == "cuda" and backend.MODE == "gpu":
-        free, _ = torch.cuda.mem_get_info()
-        return int(free)
-    return host.ram_available_bytes()
-
-
 #: Calls estimated below this many bytes are not checked against the free memory.
 _ALWAYS_FITS = 64 * 2**20
 
@@ -253,7 +246,8 @@ def memory_refusal(strategy: str, cfg: ConvConfig, device: str = "cpu",
     also dy, dx and dw), plus the strategy's analytic workspace where it is known
     (:meth:`Strategy.workspace_bytes`). The padded input and output are checked first, so an
     absurd padding is refused without computing anything that grows with it. The memory free
-    is the available RAM (CPU, and the CUDA simulator), or the free GPU memory.
+    is :func:`helpers.device.memory.available_bytes` (the available RAM on the CPU and
+    under the CUDA simulator; on a GPU, the free memory plus torch's unused cache).
 
     Raises:
         ValueError: an unknown strategy or device; ``cfg`` not a :class:`ConvConfig`.
@@ -272,7 +266,7 @@ def memory_refusal(strategy: str, cfg: ConvConfig, device: str = "cpu",
         workspace = strat.workspace_bytes(cfg, backward) or 0
         if need + workspace <= _ALWAYS_FITS:
             return None  # small: not worth reading the free memory on every call
-    limit = _available_bytes(device)
+    limit = memory.available_bytes(device)
     if need <= limit:
         workspace = strat.workspace_bytes(cfg, backward) or 0
         need += workspace

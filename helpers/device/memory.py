@@ -26,7 +26,7 @@ from typing import Any
 from helpers.device import backend, host
 from helpers.device.timing import device_label
 
-__all__ = ["MemoryResult", "peak_memory"]
+__all__ = ["MemoryResult", "available_bytes", "peak_memory"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,23 @@ def peak_memory(fn: Callable[..., Any], *args: Any, device: str = "cpu",
         result = dataclasses.replace(
             result, method=result.method + "; the CUDA simulator keeps device arrays in host memory")
     return result
+
+
+def available_bytes(device: str = "cpu") -> int:
+    """Bytes that new tensors may still take on ``device``.
+
+    On a GPU (``device="cuda"``, real GPU): the memory the driver reports free
+    (``torch.cuda.mem_get_info``) plus what torch's caching allocator keeps reserved from
+    earlier work but no tensor uses; the driver counts that as used, but this process's next
+    tensors reuse it. On the CPU, and for the CUDA simulator (whose device arrays are host
+    memory): the host RAM available (:func:`helpers.device.host.ram_available_bytes`).
+    """
+    if device == "cuda" and backend.MODE == "gpu":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    return host.ram_available_bytes()
 
 
 # ---------------------------------------------------------------------------------------- CPU

@@ -26,7 +26,7 @@ import time
 import torch
 
 from helpers import results
-from helpers.device import backend, host
+from helpers.device import backend, host, memory
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module
@@ -115,13 +115,6 @@ def _memory_needed(model_name: str, batch: int, input_size: int) -> int:
     return 4 * (2 * cost.params + 2 * cost.activations)
 
 
-def _memory_available(device: str) -> int:
-    if device == "cuda" and backend.MODE == "gpu":
-        free, _ = torch.cuda.mem_get_info()
-        return int(free)
-    return host.ram_available_bytes()
-
-
 def refusal(model_name: str, batch: int, input_size: int, iterations: int, device: str = "cpu",
             warmup: int = 1, budget_s: float = 120.0, threads: int | None = None) -> str | None:
     """Why a :func:`measure` run should not be started, or None if it may.
@@ -156,7 +149,7 @@ def refusal(model_name: str, batch: int, input_size: int, iterations: int, devic
                 f"{ASSUMED_EFFICIENCY:.0%} of {peak / 1e9:,.0f} GFLOP/s ({source}) that is at "
                 f"least {est:,.0f} s, over the {budget_s:g} s budget. Use a smaller batch or "
                 f"input, or a GPU.")
-    need, avail = _memory_needed(model_name, batch, input_size), _memory_available(device)
+    need, avail = _memory_needed(model_name, batch, input_size), memory.available_bytes(device)
     if need > avail // 2:
         return (f"refused: {MODELS[model_name]} at {input_size} px, batch {batch} needs about "
                 f"{need / 2**30:,.1f} GiB (weights, gradients, layer outputs), over half of the "
