@@ -62,7 +62,7 @@ def test_a_lease_records_tier_one_runs_the_tests_then_tier_two(worker, tmp_path)
                                           worker=worker, tests_argv=PASSING, catalogue=CATALOGUE)
     assert code == 0
     assert [(r["part"], r["status"]) for r in rows] == [("first", "ok"), ("second", "ok")]
-    assert rows[0]["note"] == "recorded by an earlier run, kept"   # by the tier-one run
+    assert rows[0]["note"] == "tier one, above"   # recorded by the tier-one run, kept
     slug = archive.name.removeprefix(ref.PREFIX).removesuffix(".tar.gz")
     assert _files(out) == sorted([gpu_lease.TESTS_LOG, archive.name, f"{ref.PREFIX}{slug}.csv",
                                   f"{ref.PREFIX}{slug}.json"])

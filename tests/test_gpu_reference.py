@@ -16,14 +16,17 @@ import sys
 import tarfile
 import textwrap
 import threading
+import types
 
 import pytest
+import torch
 from conftest import simulator_only
 
 from helpers import results
 from helpers.conv import STRATEGIES
 from helpers.device.worker import Worker
 from helpers.experiments import gpu_reference as ref
+from helpers.experiments import gpu_reference_process as proc
 from helpers.experiments import gpu_reference_summary as summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -465,3 +468,28 @@ def test_a_signal_in_the_block_sets_stop_and_the_old_handler_comes_back():
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.wait(10) and caught == [signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_each_part_records_its_own_command_and_hands_cached_gpu_memory_back(monkeypatch, tmp_path):
+    # a later part's memory checks read the driver's free memory: cached blocks count as used
+    events = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty_cache"))
+    part = types.ModuleType("fake_part")
+
+    def main(argv):
+        events.append(("main", argv))
+        assert sys.argv == ["python -m fake_part", *argv]   # what results.save records
+        if argv == ["--fail"]:
+            raise RuntimeError("planted")
+        return 3
+
+    part.main = main
+    monkeypatch.setitem(sys.modules, "fake_part", part)
+    argv = list(sys.argv)
+    assert proc.run_part("fake_part", ["--ok"], str(tmp_path / "log")) == 3
+    assert events == [("main", ["--ok"]), "empty_cache"] and sys.argv == argv
+    with pytest.raises(RuntimeError, match="planted"):
+        proc.run_part("fake_part", ["--fail"], str(tmp_path / "log"))
+    assert events[-1] == "empty_cache" and sys.argv == argv

@@ -98,7 +98,8 @@ def lease(out: pathlib.Path, *, budget_s: float = DEFAULT_BUDGET_S,
         if not stop.is_set() and left() >= _TIER_TWO_MIN_S:
             print(f"\n== tier two, in the {left():.0f} s left", flush=True)
             rows, archive = ref.run(out, dry_run=dry_run, resume=True, stop=stop,
-                                    budget_s=left(), worker=worker, catalogue=catalogue)
+                                    budget_s=left(), worker=worker, catalogue=catalogue,
+                                    kept_note="tier one, above")
         return rows, archive, code
     finally:
         if own:

@@ -262,8 +262,8 @@ def _pack(out: pathlib.Path, work: pathlib.Path, slug: str, rows: list[dict], me
         RuntimeError: the archive is over :data:`ARCHIVE_LIMIT_BYTES`.
     """
     name = PREFIX + slug
-    results.save(name, rows, directory=work, command="python -m helpers.experiments."
-                 "gpu_reference " + " ".join(sys.argv[1:]),
+    # sys.orig_argv: the command as typed (python3 -m tools.gpu_lease ..., say)
+    results.save(name, rows, directory=work, command=" ".join(sys.orig_argv),
                  extra=dict(meta, headline=summary.headline(work, rows)))
     staged = work.parent / f"{name}.tar.gz"
     with tarfile.open(staged, "w:gz") as tar:
@@ -320,7 +320,8 @@ def _outcome_status(outcome, part: Part, files: list[str], dry_run: bool, stoppe
 def run(out: pathlib.Path, *, dry_run: bool = False, parts: list[str] | None = None,
         budget_s: float = DEFAULT_BUDGET_S, resume: bool = False, tier: int | None = None,
         catalogue: tuple[Part, ...] = PARTS, stop: threading.Event | None = None,
-        worker=None) -> tuple[list[dict], pathlib.Path]:
+        worker=None, kept_note: str = "recorded by an earlier run, kept"
+        ) -> tuple[list[dict], pathlib.Path]:
     """Run the parts, rewriting the summary and archive in ``out`` after each one.
 
     Args:
@@ -329,6 +330,7 @@ def run(out: pathlib.Path, *, dry_run: bool = False, parts: list[str] | None = N
         parts: names from ``catalogue``, run in the order named (default: all, in its order).
         budget_s: seconds for the whole run, from this call to the last archive.
         resume: keep the parts an earlier run's archive in ``out`` recorded.
+        kept_note: the note of a kept part's row, before the note it had.
         tier: run only the parts of this tier (1 or 2).
         catalogue: the parts to choose from (:data:`PARTS`).
         stop: once set (by a signal), the part in progress is stopped and the run packs.
@@ -368,14 +370,15 @@ def run(out: pathlib.Path, *, dry_run: bool = False, parts: list[str] | None = N
         worker = new_worker()
     rows: list[dict] = []
     try:
-        return _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows)
+        return _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows,
+                    kept_note)
     finally:
         if own_worker:
             worker.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows):
+def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, rows, kept_note):
     left = lambda: deadline - time.monotonic() - _PACK_S  # noqa: E731
     meta = {"dry_run": dry_run, "budget_s": budget_s, "complete": False}
     worker.start_timeout_s = max(1.0, min(300.0, left()))
@@ -400,9 +403,12 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
     for n, part in enumerate(chosen, 1):
         head = f"[{n}/{len(chosen)}] {part.name} (tier {part.tier})"
         if part.name in earlier:
-            rows.append(dict(earlier[part.name], note="recorded by an earlier run, kept"))
-            print(f"{head}: recorded by an earlier run ({earlier[part.name]['status']}), kept",
-                  flush=True)
+            kept = earlier[part.name]
+            before = str(kept.get("note") or "")
+            note = before if before.startswith(kept_note) else "; ".join(filter(None, [kept_note,
+                                                                                    before]))
+            rows.append(dict(kept, note=note))
+            print(f"{head}: {kept_note} ({kept['status']})", flush=True)
             continue
         if stop.is_set():
             rows.append(_part_row(part, "not run", 0.0, 0.0, None, [], "stopped by a signal"))

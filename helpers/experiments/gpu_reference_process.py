@@ -1,10 +1,12 @@
 """What the GPU reference run (:mod:`helpers.experiments.gpu_reference`) does inside its one
 measuring process: load torch and Numba once, check the machine (the preflight), and run each
-recording command's ``main`` with its output logged and torch's settings put back after it."""
+recording command's ``main`` with its output logged, and torch's settings and cached GPU memory
+put back after it."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.metadata
 import sys
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from helpers import results
 from helpers.device import backend
 
-__all__ = ["preflight", "run_part", "warm_up"]
+__all__ = ["preflight", "release_cached_memory", "run_part", "warm_up"]
 
 
 def warm_up() -> None:
@@ -116,15 +118,30 @@ def _torch_settings() -> Callable[[], None]:
     return restore
 
 
+def release_cached_memory() -> None:
+    """Hand the GPU memory that torch's caching allocator keeps but no tensor uses back to the
+    driver, after collecting what the last part left unreferenced: the next part then finds
+    the card's memory free, as if alone (the driver counts cached blocks as used)."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def run_part(module: str, argv: list[str], log: str) -> int:
     """``module.main(argv)`` in this process, its output copied to ``log`` and to standard
-    error, torch's settings put back afterwards (:func:`_torch_settings`).
+    error, with ``sys.argv`` set to the part's command meanwhile (what :func:`results.save`
+    records), torch's settings put back afterwards (:func:`_torch_settings`) and its cached
+    GPU memory released (:func:`release_cached_memory`).
 
     Returns:
         Its exit status (an ``argparse`` error gives 2). An exception propagates, with its
         traceback written to ``log`` too.
     """
     restore = _torch_settings()
+    # the part's own command line, as results.save records it (not the measuring process's)
+    saved_argv, sys.argv = sys.argv, [f"python -m {module}", *argv]
     with open(log, "a", encoding="utf-8") as fh:
         tee = _Tee(fh, sys.__stderr__)
         with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee):
@@ -136,6 +153,8 @@ def run_part(module: str, argv: list[str], log: str) -> int:
                 traceback.print_exc()
                 raise
             finally:
+                sys.argv = saved_argv
                 restore()
+                release_cached_memory()
                 tee.flush()
     return int(code or 0)
