@@ -8,12 +8,13 @@ import json
 import pytest
 
 from helpers.conv import STRATEGIES, ConvConfig, config_for
-from helpers.device import backend
+from helpers.device import backend, timing
 from helpers.experiments.sweep import (
     FIELDS,
     PRESETS,
     Preset,
     estimate_seconds,
+    final,
     main,
     measure,
     refusal,
@@ -123,3 +124,72 @@ def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
     assert meta["preset"] == "tiny" and meta["scale"] == "a test preset"
     assert "cpu_model" in meta["environment"]
     assert "rows (" in capsys.readouterr().out
+
+
+def test_final_rows_are_the_measured_and_those_refused_for_good():
+    assert final({"status": "ok"})
+    assert final({"status": "Winograd F(2x2, 3x3) needs a 3 x 3 kernel, got 5 x 5"})
+    assert not final({"status": "skipped: time limit of 130 s reached"})
+    assert not final({"status": "failed: ValueError: ... more than the 19.5 GiB free on cuda"})
+    assert not final({"status": ""}) and not final({})
+
+
+def _fake_measure(calls):
+    def fake(cfg, strategy, device, *args, **kwargs):
+        calls.append((cfg.n, cfg.h, strategy, device))
+        return {"strategy": strategy, "family": STRATEGIES[strategy].family,
+                "device": timing.device_label(device), "pass": "forward+backward",
+                "median_ms": 2.0, "iqr_ms": 0.1, "gflop_per_s": 1.0, "flops": 10,
+                "workspace_bytes": None, "peak_bytes": None, "status": "ok"}
+    return fake
+
+
+def test_resume_runs_only_what_an_earlier_run_left_unmeasured(tmp_path, monkeypatch, capsys):
+    five = Preset("five", (1, 8, 2, 3, 1), 1, range(1, 6), range(8, 9), range(2, 3),
+                  range(3, 4), range(1, 2), None, "five batch sizes")
+    monkeypatch.setitem(PRESETS, "five", five)
+    calls = []
+    monkeypatch.setattr("helpers.experiments.sweep.measure", _fake_measure(calls))
+    out = tmp_path / "s.csv"
+    args = ["--preset", "five", "--out", str(out), "--no-progress", "--device", "cpu"]
+    assert main(args) == 0
+    first = len(calls)
+    rows = list(csv.DictReader(open(out)))
+    assert first == len(rows) > 4
+    # what a time limit, a failure and a measurement left behind
+    rows[0]["status"], rows[0]["median_ms"] = "skipped: time limit of 5 s reached", ""
+    rows[1]["status"], rows[1]["median_ms"] = "failed: RuntimeError: out of memory", ""
+    rows[2]["median_ms"] = "123.5"                       # kept as it was, not measured again
+    rows[3]["status"], rows[3]["median_ms"] = "needs a 3 x 3 kernel", ""   # refused for good
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    calls.clear()
+    assert main([*args, "--resume"]) == 0
+    assert len(calls) == 2                               # rows 0 and 1, nothing else
+    again = list(csv.DictReader(open(out)))
+    assert [r["status"] for r in again[:4]] == ["ok", "ok", "ok", "needs a 3 x 3 kernel"]
+    assert again[2]["median_ms"] == "123.5" and again[0]["median_ms"] == "2.0"
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["resumed_from"]["rows_kept"] == len(rows) - 2
+    assert "resuming the run of" in capsys.readouterr().out
+    # rows of another device label are not this device's: all run again
+    for r in again:
+        r["device"] = "GPU: some other GPU"
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(again)
+    calls.clear()
+    assert main([*args, "--resume"]) == 0 and len(calls) == first
+
+
+def test_resume_refuses_a_file_of_another_preset(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "tiny", TINY)
+    monkeypatch.setattr("helpers.experiments.sweep.measure", _fake_measure([]))
+    out = tmp_path / "s.csv"
+    assert main(["--preset", "tiny", "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "smoke", "--out", str(out), "--no-progress", "--resume"])
+    assert exc.value.code == 2 and "is not a run of the 'smoke' preset" in capsys.readouterr().err

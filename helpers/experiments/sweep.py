@@ -1,7 +1,7 @@
 """The study's experiments as data, and the command that runs them.
 
 ``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device cpu,cuda]
-[--time-limit S]`` measures every strategy of :data:`helpers.conv.STRATEGIES` over the study's
+[--time-limit S] [--resume]`` measures every strategy of :data:`helpers.conv.STRATEGIES` over the study's
 one-parameter sweeps and Table I's layers (:data:`PRESETS`) and writes one CSV row per (point,
 strategy, device) plus ``FILE.json`` describing the machine. A point not run (unsupported, the
 simulator, over a budget or the time limit) is a row whose ``status`` says why, never a gap.
@@ -66,6 +66,7 @@ __all__ = [
     "fastest_text",
     "faster_at",
     "fastest_map",
+    "final",
     "findings",
     "growth_text",
     "main",
@@ -197,15 +198,6 @@ def _memory_needed(cfg: ConvConfig, strategy: str, backward: bool) -> int:
     return int(tensors * (2 if backward else 1) + ws)
 
 
-def _memory_available(device: str) -> int:
-    if device == "cuda" and backend.MODE == "gpu":
-        free, _ = torch.cuda.mem_get_info()
-        # what torch's caching allocator keeps from earlier points but no tensor uses is free to
-        # this process too (the driver counts it as used)
-        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
-    return host.ram_available_bytes()
-
-
 def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             budget_s: float = 2.0) -> str | None:
     """Why ``strategy`` should not be measured at ``cfg`` on ``device``, or None.
@@ -228,7 +220,7 @@ def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
         rate = ASSUMED_GFLOPS["cuda" if device == "cuda" else "cpu"][strat.family]
         return (f"refused: about {strat.flops(cfg, backward) / 1e9:.1f} GFLOP at an assumed "
                 f"{rate:g} GFLOP/s is about {est:.1f} s a call, over the {budget_s:g} s budget")
-    need, avail = _memory_needed(cfg, strategy, backward), _memory_available(device)
+    need, avail = _memory_needed(cfg, strategy, backward), memory.available_bytes(device)
     if need > avail // 2:
         return (f"refused: needs about {need / 2**20:,.0f} MiB (tensors + workspace), over half "
                 f"of the {avail / 2**20:,.0f} MiB available on {device}")
@@ -342,7 +334,8 @@ def _random_inputs(cfg: ConvConfig, backward: bool, seed: int, device: str):
 def run_preset(preset: str | Preset, devices: list[str] | None = None,
                strategies: list[str] | None = None, min_run_time: float = 0.05,
                budget_s: float = 2.0, progress: bool = True, *, deadline: float | None = None,
-               time_limit: float | None = None, on_pass=None) -> list[dict]:
+               time_limit: float | None = None, on_pass=None,
+               keep: list[dict] | None = None) -> list[dict]:
     """Run every (point, strategy, device) of a preset; rows with the keys of :data:`FIELDS`.
 
     Args:
@@ -355,6 +348,9 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
         progress: show a progress bar (:func:`helpers.device.progress.progress`).
         on_pass: called after each pass of the coarse-to-fine order with the rows measured so
             far, in the points' order (to save them: a run stopped later keeps those).
+        keep: rows of an earlier run of this preset: a job with a final row there (measured,
+            or refused for a reason that does not change, see :func:`final`) on the same
+            device label takes that row and is not run again.
 
     Raises:
         ValueError: an unknown preset, strategy or device.
@@ -370,10 +366,13 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
             raise ValueError(f"device must be 'cpu' or 'cuda', got {d!r}")
     points = preset.points()
     jobs = [(p, n, d) for p in points for n in names for d in devs]
-    rows: list[dict] = [{} for _ in jobs]
+    kept = {_job_key(r): r for r in keep or [] if final(r)}
+    rows: list[dict] = [kept.get(_job_key({"preset": preset.name, **p.fields(), "strategy": n,
+                                           "device": timing.device_label(d)}), {})
+                        for p, n, d in jobs]
     level = _coarse_to_fine(points)
     level_of = lambda j: level[j // (len(names) * len(devs))]  # noqa: E731
-    order = sorted(range(len(jobs)), key=level_of)
+    order = sorted((j for j in range(len(jobs)) if not rows[j]), key=level_of)
     for n, j in enumerate(progress_bar(order, desc=f"sweep {preset.name}", unit=" runs",
                                        disable=not progress)):
         point, name, device = jobs[j]
@@ -383,6 +382,20 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
         if on_pass and (n + 1 == len(order) or level_of(order[n + 1]) != level_of(j)):
             on_pass([{k: r[k] for k in FIELDS} for r in rows if r])
     return [{k: r[k] for k in FIELDS} for r in rows]
+
+
+def final(row: dict) -> bool:
+    """Whether a row's status stands for the next run of its job: measured, or refused for a
+    reason of the configuration; not a time limit or a failure (out of memory, say)."""
+    status = str(row.get("status") or "")
+    return status == "ok" or not (status.startswith("skipped: time limit")
+                                  or status.startswith("failed") or status == "")
+
+
+def _job_key(row: dict) -> tuple[str, ...]:
+    """(preset, sweep, x, layer, strategy, device label) of a row, read back or fresh."""
+    return tuple("" if row.get(k) is None else str(row[k])
+                 for k in ("preset", "sweep", "x", "layer", "strategy", "device"))
 
 
 def _coarse_to_fine(points: list[SweepPoint]) -> list[int]:
@@ -458,17 +471,39 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
     return rows, winners
 
 
-def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, seconds: float) -> pathlib.Path:
+def write_csv(rows: list[dict], path: pathlib.Path | str, preset: Preset, seconds: float,
+              resumed_from: dict | None = None) -> pathlib.Path:
     """Write the rows to ``path`` and the machine's description to ``path`` with ``.json``
-    (:func:`helpers.results.save`, with the preset, its scale and the seconds it took)."""
+    (:func:`helpers.results.save`, with the preset, its scale, the seconds it took and, for
+    ``--resume``, ``resumed_from``: the earlier run's date, command and rows kept)."""
     path = pathlib.Path(path)
     if path.suffix != ".csv":
         raise ValueError(f"out must name a .csv file, got {str(path)!r}")
+    extra = {"preset": preset.name, "scale": preset.note, "seconds": round(seconds, 1)}
+    if resumed_from:
+        extra["resumed_from"] = resumed_from
     _, json_path = results.save(
         path.stem, [{k: r[k] for k in FIELDS} for r in rows], directory=path.parent,
-        command="python -m helpers.experiments.sweep " + " ".join(sys.argv[1:]),
-        extra={"preset": preset.name, "scale": preset.note, "seconds": round(seconds, 1)})
+        command="python -m helpers.experiments.sweep " + " ".join(sys.argv[1:]), extra=extra)
     return json_path
+
+
+def _earlier_rows(path: pathlib.Path, preset: Preset) -> tuple[list[dict], dict | None]:
+    """``--resume``: the rows of an earlier run of ``preset`` at ``path`` with its final ones
+    counted, or ([], None) when there is none.
+
+    Raises:
+        ValueError: the file there holds another preset, or is not a sweep's CSV.
+    """
+    if not path.exists():
+        return [], None
+    earlier = results.load(path.stem, path.parent)
+    if earlier.meta.get("preset") != preset.name or not earlier.rows \
+            or set(earlier.rows[0]) != set(FIELDS):
+        raise ValueError(f"--resume: {path} is not a run of the {preset.name!r} preset")
+    kept = sum(final(r) for r in earlier.rows)
+    return earlier.rows, {"date": earlier.meta.get("date"), "command": earlier.meta.get("command"),
+                          "rows_kept": kept, "seconds": earlier.meta.get("seconds")}
 
 
 def _devices_arg(values: list[str] | None) -> list[str] | None:
@@ -493,7 +528,7 @@ def _csv_out(path: str) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device D]
-    [--time-limit S] [--budget S] [--min-run-time S] [--no-progress]``; returns 0."""
+    [--time-limit S] [--budget S] [--min-run-time S] [--no-progress] [--resume]``; returns 0."""
     start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m helpers.experiments.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS),
@@ -511,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-run-time", type=float, default=0.05,
                         help="seconds of timed calls per point (at least 2 calls)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the final rows of an earlier run in --out (measured, or "
+                             "refused for a reason of the configuration) and run the rest")
     args = parser.parse_args(argv)
     try:
         devices = _devices_arg(args.device)
@@ -520,14 +558,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
     deadline = None if args.time_limit is None else start + args.time_limit
     preset = PRESETS[args.preset]
+    keep, resumed = [], None
+    if args.resume:
+        try:
+            keep, resumed = _earlier_rows(args.out, preset)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"resuming the run of {resumed['date']}: {resumed['rows_kept']} rows kept"
+              if resumed else f"--resume: nothing at {args.out} yet, starting afresh")
     print(f"{preset.name}: {preset.note}")
     print(f"kernels: {backend.info().device_label}")
     rows = run_preset(preset, devices, min_run_time=args.min_run_time, budget_s=args.budget,
                       progress=not args.no_progress, deadline=deadline, time_limit=args.time_limit,
                       on_pass=lambda done: write_csv(done, args.out, preset,
-                                                     time.monotonic() - start))
+                                                     time.monotonic() - start, resumed),
+                      keep=keep)
     seconds = time.monotonic() - start
-    json_path = write_csv(rows, args.out, preset, seconds)
+    json_path = write_csv(rows, args.out, preset, seconds, resumed)
     measured = sum(r["status"] == "ok" for r in rows)
     print(f"{len(rows)} rows ({measured} measured, {len(rows) - measured} with the reason "
           f"they were not) in {seconds:.0f} s: {args.out}, {json_path}")
