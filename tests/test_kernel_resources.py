@@ -162,6 +162,14 @@ def test_measure_rows_from_numbas_figures(monkeypatch, tmp_path):
     paths = kr.save_kernel_resources(tmp_path)
     assert paths[0].name == "kernel_resources_test-gpu.csv"
     assert len(kr.recorded(tmp_path).rows) == 2
+    # the command line saves what it was given, not a fixed command
+    monkeypatch.setattr(kr, "gpu_refusal", lambda: None)
+    monkeypatch.setattr(kr, "_launch_every_kernel", lambda deadline=None: 0)
+    monkeypatch.setattr(kr, "KERNELS", [spec])
+    assert kr.main(["--save", "--out", str(tmp_path), "--time-limit", "30"]) == 0
+    meta = json.loads(paths[1].read_text())
+    assert meta["command"] == ("python -m helpers.experiments.kernel_resources --save --out "
+                               f"{tmp_path} --time-limit 30")
 
 
 # ---------------------------------------------------------------------------- on a GPU

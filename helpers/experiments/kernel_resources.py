@@ -288,9 +288,11 @@ def format_table(rows: list[dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def save_kernel_resources(directory=None, *, deadline: float | None = None) -> tuple:
+def save_kernel_resources(directory=None, *, deadline: float | None = None,
+                          command: str | None = None) -> tuple:
     """Write :func:`measure`'s rows on this GPU (``deadline`` as there) with
-    :func:`helpers.results.save` as ``kernel_resources_<gpu>``.
+    :func:`helpers.results.save` as ``kernel_resources_<gpu>``, ``command`` (default
+    :data:`COMMAND`) named as what made them.
 
     Returns:
         The (csv, json) paths written.
@@ -300,7 +302,7 @@ def save_kernel_resources(directory=None, *, deadline: float | None = None) -> t
     """
     rows = measure(deadline=deadline)
     name = PREFIX + results.slug(rows[0]["gpu"])
-    return results.save(name, rows, command=COMMAND, directory=directory)
+    return results.save(name, rows, command=command or COMMAND, directory=directory)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(rec.rows, f"No GPU here: {reason}.\n{rec.note}"))
         return results.REFUSED
     if args.save:
-        paths = save_kernel_resources(args.out, deadline=deadline)
+        paths = save_kernel_resources(args.out, deadline=deadline, command=" ".join(
+            ["python -m helpers.experiments.kernel_resources",
+             *(sys.argv[1:] if argv is None else argv)]))
         rows = results.load(paths[0].stem, paths[0].parent).rows
         print(format_table(rows, "Measured now and saved to " + ", ".join(map(str, paths))))
     else:

@@ -500,14 +500,15 @@ def recorded(directory=None, *, every_gpu: bool = False) -> results.Recorded:
 
 
 def save_gpu_experiments(min_run_time: float = 0.1, directory=None, *,
-                         deadline: float | None = None, time_limit: float | None = None
-                         ) -> tuple:
+                         deadline: float | None = None, time_limit: float | None = None,
+                         command: str | None = None) -> tuple:
     """Write :func:`measure`'s rows on this GPU (``deadline`` and ``time_limit`` as there) with
-    :func:`helpers.results.save` as ``gpu_experiments_<gpu>``. Returns the (csv, json) paths.
-    Raises GpuRequired without a GPU."""
+    :func:`helpers.results.save` as ``gpu_experiments_<gpu>``, ``command`` (default
+    :data:`COMMAND`) named as what made them. Returns the (csv, json) paths. Raises
+    GpuRequired without a GPU."""
     rows = measure(min_run_time, deadline=deadline, time_limit=time_limit)
     name = PREFIX + results.slug(backend.info().gpu_name or "gpu")
-    return results.save(name, rows, command=COMMAND, directory=directory)
+    return results.save(name, rows, command=command or COMMAND, directory=directory)
 
 
 def _print_timings(rows: list[dict]) -> None:
@@ -554,7 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     limits = {"deadline": None if args.time_limit is None else start + args.time_limit,
               "time_limit": args.time_limit}
-    paths = save_gpu_experiments(directory=args.out, **limits) if args.save else ()
+    command = " ".join(["python -m helpers.experiments.memory_access",
+                        *(sys.argv[1:] if argv is None else argv)])
+    paths = (save_gpu_experiments(directory=args.out, command=command, **limits) if args.save
+             else ())
     _print_timings(results.load(paths[0].stem, paths[0].parent).rows if paths
                    else measure(**limits))
     if paths:
