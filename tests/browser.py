@@ -118,6 +118,7 @@ class LabServer:
                "--port", str(self.port), f"--ServerApp.token={self.token}",
                "--ServerApp.port_retries=0"]
         if workbook:
+            lab.prepare_work(root)
             cmd += lab.arguments(root)
             env = lab.environment(env)
         else:

@@ -247,14 +247,14 @@ def test_make_lab_opens_the_start_notebook_and_hides_build_folders(browser, tmp_
     try:
         errors = PageErrors(page)
         url = server.printed_url()
-        assert url.split("?")[0].endswith("/lab/tree/notebooks/00_start_here.ipynb"), url
+        assert url.split("?")[0].endswith("/lab/tree/my-work/notebooks/00_start_here.ipynb"), url
         start = time.monotonic()
         page.goto(url)
         page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
         server.wait_kernel_idle(timeout_s=120, pause=lambda s: page.wait_for_timeout(s * 1e3))
         assert main_tabs(page) == ["00_start_here.ipynb"]
         listing = root_listing(page)
-        assert {"notebooks", "labs", "helpers", "README.md"} <= set(listing), listing
+        assert {"my-work", "notebooks", "labs", "helpers", "README.md"} <= set(listing), listing
         assert not [n for n in listing if n.endswith(".egg-info") or n == "build"], listing
         left_s = 2 * prompt_after_s - (time.monotonic() - start)
         page.wait_for_timeout(max(left_s, 1.0) * 1000)

@@ -23,13 +23,55 @@ ROOT = lab.ROOT
 
 # ----------------------------------------------------------------------------- make lab
 
-def test_arguments_serve_the_repository_and_open_the_start_notebook():
-    args = lab.arguments()
-    assert f"--ServerApp.root_dir={ROOT}" in args
+def test_arguments_serve_the_repository_and_open_the_start_notebook(tmp_path):
+    root = tmp_path / "clone"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "notebooks" / "00_start_here.ipynb").write_text("{}")
+    lab.prepare_work(root)
+    args = lab.arguments(root)
+    assert f"--ServerApp.root_dir={root}" in args
     # JupyterLab 4 redirects to its own default_url: ServerApp's would be ignored.
-    assert "--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb" in args
+    assert "--LabApp.default_url=/lab/tree/my-work/notebooks/00_start_here.ipynb" in args
     assert not [a for a in args if a.startswith("--ServerApp.default_url")]
-    assert (ROOT / lab.START_NOTEBOOK).is_file()
+    assert lab.START_NOTEBOOK == "my-work/notebooks/00_start_here.ipynb"
+    assert (ROOT / "notebooks" / "00_start_here.ipynb").is_file()
+
+
+def _clone(root):
+    for rel in ("notebooks/00_start_here.ipynb", "notebooks/01_a.ipynb", "labs/lab1.ipynb",
+                "labs/solutions/lab1.ipynb"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f'{{"original": "{rel}"}}')
+
+
+def test_the_learner_works_in_copies_that_updates_never_touch(tmp_path):
+    _clone(tmp_path)
+    lines = lab.prepare_work(tmp_path)
+    work = tmp_path / "my-work"
+    copies = sorted(p.relative_to(work).as_posix() for p in work.rglob("*.ipynb"))
+    assert copies == ["labs/lab1.ipynb", "notebooks/00_start_here.ipynb", "notebooks/01_a.ipynb"]
+    assert lines and "copied 3 notebooks" in lines[0]
+    # the learner fills in lab 1; then an update changes lab 1 and notebook 01, and adds 02
+    (work / "labs" / "lab1.ipynb").write_text('{"mine": true}')
+    (tmp_path / "labs" / "lab1.ipynb").write_text('{"original": "lab1, version 2"}')
+    (tmp_path / "notebooks" / "01_a.ipynb").write_text('{"original": "01, version 2"}')
+    (tmp_path / "notebooks" / "02_b.ipynb").write_text('{"original": "02"}')
+    lines = lab.prepare_work(tmp_path)
+    assert (work / "labs" / "lab1.ipynb").read_text() == '{"mine": true}'      # kept
+    assert (work / "notebooks" / "02_b.ipynb").exists()                        # new: copied
+    assert "copied 1 notebooks" in lines[0]
+    changed = [ln for ln in lines if "was updated after you copied it" in ln]
+    assert [ln.split()[0] for ln in changed] == ["notebooks/01_a.ipynb", "labs/lab1.ipynb"]
+    # a copy deleted by the learner comes back as the new version, and is no longer reported
+    (work / "labs" / "lab1.ipynb").unlink()
+    lines = lab.prepare_work(tmp_path)
+    assert (work / "labs" / "lab1.ipynb").read_text() == '{"original": "lab1, version 2"}'
+    assert [ln.split()[0] for ln in lines if "updated" in ln] == ["notebooks/01_a.ipynb"]
+
+
+def test_the_work_folder_is_ignored_by_git():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert f"{lab.WORK_DIR}/" in ignored
 
 
 def test_a_missing_start_notebook_is_refused_by_name(tmp_path):
