@@ -110,6 +110,9 @@ REAL_KERNELS = [
      "conv_kernel_common_params, unsigned long long, unsigned long, float, float, bool, ...)",
      "implicit-gemm"),
     ("redzone_checker", "other"),
+    # CUTLASS's implicit-GEMM convolution as a mangled name, cut as results/ stores it
+    # (results/algorithm_choice_nvidia-h100-80gb-hbm3.csv, backward-filter, H100, 2026-11-27)
+    ("_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmCo...", "implicit-gemm"),
 ]
 
 
@@ -123,6 +126,10 @@ def test_the_plausible_wrong_readings_of_kernel_names():
     # "gemm" inside a helper's name is no GEMM; "sgemm" inside implicit_convolve_sgemm is implicit
     assert ac.family_of_kernel("cudnn::gemm::computeBOffsetsKernel(...)") == "other"
     assert ac.family_of_kernel("implicit_convolve_sgemm") == "implicit-gemm"
+    # CUTLASS's namespaces (cutlass::gemm::threadblock, mangled 4gemm11threadblock) follow the
+    # kernel's own name in a mangled name: the plain-GEMM rule must not win
+    assert ac.family_of_kernel("_ZN7cutlass4conv6kernel23ImplicitGemmConvolutionINS_4gemm11"
+                               "threadblock12MmaPipelinedE") == "implicit-gemm"
     assert ac.family_of_kernel("explicit_convolve_sgemm") == "gemm"
     # implicit and precomputed-index implicit GEMM are one family
     assert ac.family_of_kernel("precomputed_convolve_sgemm") == "implicit-gemm"

@@ -71,7 +71,7 @@ _KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"fft_?til", "fft-tiling"),
     (r"(?<![a-z])fft|flip_filter|cgemm", "fft"),
     (r"explicit_convolve|im2col", "gemm"),
-    (r"implicit_convolve|precomputed_convolve|implicit_gemm|convolve_common_engine|dgrad_engine"
+    (r"implicit_convolve|precomputed_convolve|implicit_?gemm|convolve_common_engine|dgrad_engine"
      r"|dgrad2d_alg|wgrad_alg\d|scudnn|s\d+cudnn|(fprop|dgrad|wgrad)_(optimized|analytic)"
      r"|xmma_(fprop|dgrad|wgrad)", "implicit-gemm"),
     (r"direct_kernel|grouped_direct|wgrad2d_shmem_tiling|depthwiseconvolution", "direct"),
