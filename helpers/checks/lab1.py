@@ -71,6 +71,11 @@ LAUNCH_CONFIG_CASES: list[tuple[int, int]] = [(1000, 256), (1024, 256), (1, 32),
 _BOUNDS_HINT = ("the grid is rounded up to whole blocks, so threads of the last block can have "
                 "i >= n: they must do nothing (`if i < x.size:` around the body).")
 
+#: The same failure in a grid-stride loop, whose `range` is the bounds check.
+_LOOP_BOUNDS_HINT = ("a grid-stride loop stops before the end by itself: `for i in "
+                     "range(cuda.grid(1), x.size, cuda.gridsize(1)):` never gives i >= x.size, "
+                     "whatever the grid: stop at x.size, not x.size + 1.")
+
 
 # ---------------------------------------------------------------------------- common plumbing
 
@@ -83,14 +88,19 @@ def _check(name: str, run, cases: list[Case], hint: str | None) -> Report:
     return check_cases(name, run, cases, hint)
 
 
-def _raises_not_implemented(fn) -> bool:
-    """True if the source of ``fn`` (a kernel's Python function) raises NotImplementedError."""
+def _source_tree(fn) -> ast.AST | None:
+    """The parsed source of ``fn`` (a kernel's Python function), or None if unavailable."""
     fn = getattr(fn, "py_func", fn)
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        return ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
-        return False
-    for node in ast.walk(tree):
+        return None
+
+
+def _raises_not_implemented(fn) -> bool:
+    """True if the source of ``fn`` (a kernel's Python function) raises NotImplementedError."""
+    tree = _source_tree(fn)
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
@@ -116,8 +126,20 @@ def _require_kernel(kernel) -> None:
         raise NotImplementedError
 
 
+def _steps_by_the_grid(kernel) -> bool:
+    """False if the kernel's source (when available) never refers to ``gridsize`` or
+    ``gridDim``: then its loop cannot step by the whole grid (a step of 1 or of
+    ``cuda.blockDim.x`` gives the right values, each element computed by several threads)."""
+    tree = _source_tree(kernel)
+    if tree is None:
+        return True
+    names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return bool(names & {"gridsize", "gridDim"})
+
+
 def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[np.ndarray],
-               n: int, rng: np.random.Generator) -> np.ndarray:
+               n: int, rng: np.random.Generator, hint: str = _BOUNDS_HINT) -> np.ndarray:
     """Launch ``kernel[blocks, threads](*scalars, *inputs, out)`` on guarded buffers.
 
     Each array is the first n elements of a buffer with ``blocks * threads + 1`` guard elements
@@ -126,7 +148,7 @@ def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[n
     (simulator) or wrote into the output's guard (GPU). The guard also keeps a stray access
     inside memory the checker owns. The simulator runs a block's threads concurrently, so when
     several go past the end, which one the message names can change from run to run; every
-    other part of a report is deterministic.
+    other part of a report is deterministic. ``hint`` goes with a failure past the end.
     """
     guard = blocks * threads + 1
     views = []
@@ -143,12 +165,12 @@ def _launch_1d(kernel, blocks: int, threads: int, scalars: tuple, inputs: list[n
         if "out of bounds" not in str(exc):
             raise
         raise _Wrong(f"a thread indexed past the end of an array "
-                     f"({exc}{kernel_line(exc, kernel)})", _BOUNDS_HINT) from None
+                     f"({exc}{kernel_line(exc, kernel)})", hint) from None
     out = d_out.copy_to_host()
     written = np.flatnonzero(~np.isnan(out[n:]))
     if written.size:
         raise _Wrong(f"{written.size} thread(s) wrote past the end of out, the first at index "
-                     f"{n + int(written[0])} (out has {n} elements)", _BOUNDS_HINT)
+                     f"{n + int(written[0])} (out has {n} elements)", hint)
     return out[:n]
 
 
@@ -299,7 +321,10 @@ def check_relu_grid_stride(kernel) -> Report:
     Returns:
         A :class:`~helpers.checks.Report` over :data:`GRID_STRIDE_LAUNCHES`; a kernel that
         covers only ``blocks * threads`` elements leaves the rest unwritten (reported as NaN).
-        Never raises for anything the kernel does.
+        A kernel whose source never refers to ``cuda.gridsize`` or ``cuda.gridDim`` fails even
+        with the right values: its loop steps by less than the grid (1, or
+        ``cuda.blockDim.x``), so threads redo each other's elements. Never raises for anything
+        the kernel does.
     """
     rng = np.random.default_rng(3)
     cases = []
@@ -310,7 +335,7 @@ def check_relu_grid_stride(kernel) -> Report:
 
     def run(x, blocks, threads):
         _require_kernel(kernel)
-        return _launch_1d(kernel, blocks, threads, (), [x], x.size, rng)
+        return _launch_1d(kernel, blocks, threads, (), [x], x.size, rng, _LOOP_BOUNDS_HINT)
 
     name, hint = "Lab 1: grid-stride ReLU kernel", (
             "loop `for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):` so that a "
@@ -318,5 +343,12 @@ def check_relu_grid_stride(kernel) -> Report:
     not_a_kernel = _not_a_kernel(name, kernel, "relu_grid_stride_kernel")
     if not_a_kernel is not None:
         return not_a_kernel
-    return compiler_check(_check(name, run, cases, hint), kernel,
-                          KERNEL_ARGTYPES["relu_grid_stride_kernel"])
+    report = _check(name, run, cases, hint)
+    if report.passed and not _steps_by_the_grid(kernel):
+        return Report(name, False, "your kernel gives the right values, but its loop does not "
+                      "step by the whole grid: nothing in it refers to cuda.gridsize (or "
+                      "cuda.gridDim). With a step of 1 or of cuda.blockDim.x, threads redo each "
+                      "other's elements and each walks most of the array. Step by "
+                      "cuda.gridsize(1): `for i in range(cuda.grid(1), x.size, "
+                      "cuda.gridsize(1)):`.", report.cases_run, "failed")
+    return compiler_check(report, kernel, KERNEL_ARGTYPES["relu_grid_stride_kernel"])

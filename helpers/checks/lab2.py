@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import traceback
 import warnings
 
 import numpy as np
@@ -100,7 +101,8 @@ def _check(name: str, run, cases: list[Case], hint: str | None) -> Report:
         except IndexError as exc:
             if not str(exc).startswith("your kernel"):
                 raise
-            raise WrongResult(str(exc), _BOUNDS_HINT) from exc
+            hint = _TILE_HINT if isinstance(exc, _OutsideLocalArray) else _BOUNDS_HINT
+            raise WrongResult(str(exc), hint) from exc
 
     return check_cases(name, guarded, cases, hint)
 
@@ -108,6 +110,15 @@ def _check(name: str, run, cases: list[Case], hint: str | None) -> Report:
 _BOUNDS_HINT = ("the grid is rounded up to whole blocks, so some threads have a row i >= M or a "
                 "column j >= N: they must not read A or B there, nor write C (`if i < M and "
                 "j < N:` around the store).")
+
+_TILE_HINT = ("a shared tile is TILE x TILE, so its indices run over 0..TILE-1 only: each thread "
+              "loads element (ty, tx) of each tile and sums k over range(TILE), not over K (the "
+              "loop over tiles walks along K); check the kernel with the TILE its "
+              "cuda.shared.array calls are declared with.")
+
+
+class _OutsideLocalArray(IndexError):
+    """A thread indexed outside a shared or local array of the kernel, not A, B or C."""
 
 
 def _source_tree(kernel) -> ast.AST | None:
@@ -146,6 +157,15 @@ def _padded(a: np.ndarray, rows: int, cols: int, fill, rng: np.random.Generator 
     return d_buf, d_buf[:m, :n]
 
 
+def _in_kernel_source(exc: BaseException, kernel) -> bool:
+    """True if the innermost frame of ``exc`` is in the kernel's own source file: an index
+    error raised there is on a NumPy array of the kernel (shared or local), while one on a
+    simulator device array (A, B, C) is raised inside Numba's simulator."""
+    code = getattr(getattr(kernel, "py_func", kernel), "__code__", None)
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and code is not None and frames[-1].filename == code.co_filename
+
+
 # ------------------------------------------------------------------------------------ launch
 
 
@@ -178,7 +198,8 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
         TypeError: ``kernel`` is not a CUDA kernel.
         ValueError: inputs that are not 2-D, empty, or whose inner dimensions differ; tile out
             of range; without a GPU, more than :data:`SIMULATOR_MAX_THREADS` threads.
-        IndexError: a thread read or wrote outside A, B or C (the message names it).
+        IndexError: a thread read or wrote outside A, B or C, or (in the simulator) outside
+            a shared or local array of the kernel (the message names which).
     """
     if _raises_not_implemented(kernel):
         raise NotImplementedError("the kernel is still the stub: write it, then run its cell")
@@ -216,6 +237,10 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
     except IndexError as exc:  # the simulator checks every index
         if "out of bounds" not in str(exc):
             raise
+        if _in_kernel_source(exc, kernel):  # A, B and C fail inside the simulator's arrays
+            raise _OutsideLocalArray(
+                f"your kernel indexed outside a shared (or local) array, not A, B or C (a tile "
+                f"is {tile} x {tile} here): {exc}{kernel_line(exc, kernel)}") from None
         raise IndexError(f"your kernel read or wrote outside a matrix (A is {m} x {k}, B {k} x "
                          f"{n}, C {m} x {n}): {exc}{kernel_line(exc, kernel)}") from None
     cbuf = d_cbuf.copy_to_host()
@@ -300,17 +325,27 @@ def check_gemm_naive(kernel) -> Report:
 
 def _uses_shared_memory_and_barriers(kernel) -> str | None:
     """None if the kernel's source allocates ``cuda.shared.array`` and calls
-    ``cuda.syncthreads()`` (or the source is unavailable), else what is missing."""
+    ``cuda.syncthreads()`` twice (after the loads and after the sums; or the source is
+    unavailable), else what is missing. One barrier leaves a race that a GPU may not show on
+    small sizes (a fast warp loads the next tiles while a slow one still reads them), unless
+    the tiles are double-buffered: more than two shared arrays, or a 3-D one."""
     tree = _source_tree(kernel)
     if tree is None:
         return None
-    calls = {node.func.attr for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
-    shared = any(isinstance(node, ast.Attribute) and node.attr == "array"
-                 and isinstance(node.value, ast.Attribute) and node.value.attr == "shared"
-                 for node in ast.walk(tree))
+    barriers = sum(isinstance(node, ast.Call) and "syncthreads" in (
+        getattr(node.func, "attr", None), getattr(node.func, "id", None))
+        for node in ast.walk(tree))
+    shared = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "array"
+              and "shared" in (getattr(node.func.value, "attr", None),
+                               getattr(node.func.value, "id", None))]
+    double_buffered = len(shared) > 2 or any(
+        node.args and isinstance(node.args[0], ast.Tuple) and len(node.args[0].elts) > 2
+        for node in shared)
     missing = [what for what, ok in (("cuda.shared.array", shared),
-                                     ("cuda.syncthreads()", "syncthreads" in calls)) if not ok]
+                                     ("cuda.syncthreads()", barriers > 0),
+                                     ("second cuda.syncthreads()",
+                                      barriers != 1 or double_buffered)) if not ok]
     return " and ".join(missing) if missing else None
 
 
@@ -329,8 +364,9 @@ def check_gemm_tiled(kernel, tile: int) -> Report:
 
     Returns:
         A :class:`~helpers.checks.Report` over :func:`tiled_shapes` (the first case is all tile
-        multiples, so a kernel right only there fails the second); a right answer without
-        shared memory or barriers also fails. Never raises for anything the kernel does.
+        multiples, so a kernel right only there fails the second); a right answer whose source
+        has no ``cuda.shared.array``, or fewer than two ``cuda.syncthreads()`` with tiles that
+        are not double-buffered, also fails. Never raises for anything the kernel does.
     """
     name = "Lab 2: tiled GEMM kernel"
     if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or not 4 <= tile <= 32:

@@ -10,6 +10,10 @@ unrolled matrix ``cols: (C*R*S, N*P*Q)``; ``stride`` and ``padding`` are ints (t
 both axes); cross-correlation, as ``torch.nn.functional.conv2d``. The learner's functions take
 and return NumPy float32 arrays (a Numba device array or a torch tensor is accepted as a result
 too). The cases are :data:`CONFIGS` (see :func:`_cases`); the references are torch's, in float64.
+Every checker runs the learner's function with ``cuda.device_array`` and
+``cuda.device_array_like`` filling new float arrays with NaN (:func:`_nan_allocations`), so an
+element never written shows as NaN whatever the memory held; a result that is not float32
+fails even when its values are right (:func:`_check`).
 
 Source: Li et al., ICPP 2016, Section II-B (unrolling: Caffe, Torch-cunn, Theano-CorrMM,
 cuDNN), Section V-A and Figure 4 (im2col, GEMM, col2im).
@@ -17,9 +21,12 @@ cuDNN), Section V-A and Figure 4 (im2col, GEMM, col2im).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numba import cuda
 
 from helpers.checks import Case, Report, check_cases, random_array
 from helpers.conv.check import reference
@@ -131,6 +138,60 @@ def _cases(kind: str) -> list[Case]:
     return cases
 
 
+@contextlib.contextmanager
+def _nan_allocations():
+    """Within the block, ``cuda.device_array`` and ``cuda.device_array_like`` return float
+    arrays filled with NaN, not whatever the memory held (on a GPU often zeros, in the
+    simulator anything): so an element the learner's kernel never writes (the padding of
+    cols, a dx not started from zeros) fails every time, as NaN. Restored on exit."""
+    originals = {name: getattr(cuda, name) for name in ("device_array", "device_array_like")}
+
+    def poisoned(allocate):
+        def allocate_nan(*args, **kwargs):
+            arr = allocate(*args, **kwargs)
+            dtype = np.dtype(arr.dtype)
+            if dtype.kind in "fc" and arr.size:
+                order = "F" if arr.flags["F_CONTIGUOUS"] and not arr.flags["C_CONTIGUOUS"] \
+                    else "C"
+                arr.copy_to_device(np.full(arr.shape, np.nan, dtype, order=order))
+            return arr
+        return allocate_nan
+
+    try:
+        for name, allocate in originals.items():
+            setattr(cuda, name, poisoned(allocate))
+        yield
+    finally:
+        for name, allocate in originals.items():
+            setattr(cuda, name, allocate)
+
+
+def _check(name: str, fn, cases: list[Case], hint: str) -> Report:
+    """:func:`helpers.checks.check_cases` with ``fn`` run inside :func:`_nan_allocations`; a
+    report that passed fails if a result was an array of another float type than float32
+    (``np.zeros(shape)`` is float64: twice the memory, and float64 atomics on a GPU)."""
+    if not callable(fn):
+        return check_cases(name, fn, cases, hint)
+    other_types = []
+
+    def run(*args, **kwargs):
+        with _nan_allocations():
+            result = fn(*args, **kwargs)
+        kind = str(getattr(result, "dtype", "float32")).replace("torch.", "")
+        if kind.startswith(("float", "complex")) and kind != "float32":
+            other_types.append(kind)
+        return result
+
+    report = check_cases(name, run, cases, hint)
+    if report.passed and other_types:
+        return Report(name, False, f"your function gives the right values, but returns "
+                      f"{other_types[0]} arrays, not float32: allocate them with "
+                      f"dtype=np.float32 (np.zeros(shape) and np.empty(shape) are float64, and "
+                      f"on a GPU float64 doubles the memory and makes loads, stores and "
+                      f"atomic adds float64).", report.cases_run, "failed")
+    return report
+
+
 def check_im2col(fn) -> Report:
     """Check ``fn(x, r, s, stride=..., padding=...) -> cols`` against torch's ``unfold``.
 
@@ -143,10 +204,11 @@ def check_im2col(fn) -> Report:
 
     Returns:
         A :class:`Report`: passed only if every case matches exactly (a copy has no round-off;
-        the tolerance is 1e-6 of the largest value); otherwise the first failing case with its
-        shapes, stride, padding and worst element. Never raises for what ``fn`` does.
+        the tolerance is 1e-6 of the largest value) and cols is float32; otherwise the first
+        failing case with its shapes, stride, padding and worst element (NaN where never
+        written: ``cuda.device_array`` starts as NaN here). Never raises for what ``fn`` does.
     """
-    return check_cases(
+    return _check(
         "Lab 3, TODO 1: im2col kernel", fn, _cases("im2col"),
         hint="thread i owns cols[i // (N*P*Q), i % (N*P*Q)]; split the row into (c, r, s) and "
              "the column into (n, p, q), read x at (p*stride + r - padding, q*stride + s - "
@@ -160,13 +222,13 @@ def check_conv2d_im2col(fn) -> Report:
     Args:
         fn: the learner's convolution by im2col and one GEMM. ``x``: (N, C, H, W), ``w``:
             (K, C, R, S), float32 NumPy arrays; ``stride``, ``padding``: ints (keywords). It
-            must return ``y`` (N, K, P, Q).
+            must return ``y`` (N, K, P, Q), float32.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-4 of the largest output); never raises for
-        what ``fn`` does.
+        A :class:`Report` (relative tolerance 1e-4 of the largest output; a result that is
+        not float32 fails); never raises for what ``fn`` does.
     """
-    return check_cases(
+    return _check(
         "Lab 3, TODO 2: convolution as one GEMM", fn, _cases("conv"),
         hint="W (K, C*R*S) @ cols (C*R*S, N*P*Q) is (K, N*P*Q): its columns are ordered "
              "(n, p, q), so reshape it to (K, N, P, Q) and then swap the first two axes "
@@ -182,12 +244,13 @@ def check_col2im(fn) -> Report:
             im2col's ``cols``; ``x_shape``: the tuple (N, C, H, W); ``r``, ``s``: kernel size;
             ``stride``, ``padding``: ints (keywords). It must return ``dx`` (N, C, H, W): each
             input element's entry is the **sum** of every dcols entry im2col copied from it
-            (0 for an element no window reads), padding entries dropped.
+            (0 for an element no window reads), padding entries dropped; float32.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-4); never raises for what ``fn`` does.
+        A :class:`Report` (relative tolerance 1e-4; a dx started from ``cuda.device_array``
+        is NaN here, and a dx that is not float32 fails); never raises for what ``fn`` does.
     """
-    return check_cases(
+    return _check(
         "Lab 3, TODO 3: col2im kernel", fn, _cases("col2im"),
         hint="an input element appears in up to R*S columns (overlapping windows), so its "
              "gradient is the sum of all of them: with one thread per dcols entry, add with "
@@ -203,12 +266,13 @@ def check_conv2d_backward_dx(fn) -> Report:
         fn: the learner's input gradient ``dx = col2im(W^T @ dY)``. ``dy``: (N, K, P, Q) and
             ``w``: (K, C, R, S), float32 NumPy arrays; ``x_shape``: (N, C, H, W); ``stride``,
             ``padding``: ints (keywords). It must return ``dx`` (N, C, H, W), the gradient of
-            ``sum(conv2d(x, w) * dy)`` with respect to x.
+            ``sum(conv2d(x, w) * dy)`` with respect to x; float32.
 
     Returns:
-        A :class:`Report` (relative tolerance 1e-4); never raises for what ``fn`` does.
+        A :class:`Report` (relative tolerance 1e-4; a result that is not float32 fails); never
+        raises for what ``fn`` does.
     """
-    return check_cases(
+    return _check(
         "Lab 3, TODO 4: the input gradient dx by GEMM and col2im", fn, _cases("dx"),
         hint="dY is dy as a (K, N*P*Q) matrix with columns ordered (n, p, q): "
              "dy.transpose(1, 0, 2, 3).reshape(K, -1), not dy.reshape(K, -1); then "

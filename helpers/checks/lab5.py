@@ -140,7 +140,7 @@ def pick_cases() -> list[PickCase]:
     fits, a refused or failed row picked (or one whose status merely contains "ok" or does
     not start with "failed"), the budget compared with ``<`` instead of ``<=``, a workspace of
     0 taken as unknown, the first fitting row taken (right only when the rows happen to be
-    sorted), ties broken the wrong way (by workspace instead of footprint, by name in either
+    sorted), a row that says "ok" without a time taken, ties broken the wrong way (by workspace instead of footprint, by name in either
     order, by the last row).
     """
     t = 8 * MIB     # the tensors (x, w, y) of the layer the rows of a case were measured on
@@ -196,8 +196,12 @@ def pick_cases() -> list[PickCase]:
             _row("im2col-gemm", 2.0, 4 * MIB, tensors=t), _row("fft", 2.0, 4 * MIB, tensors=t),
             _row("im2col-tiled", 2.0, 4 * MIB, tensors=t),
             _row("direct-naive", 5.0, 0, tensors=t)], 64 * MIB, "im2col-gemm"),
+        PickCase("a row that says 'ok' but has no time (median_ms None): not a candidate", [
+            _row("fft", None, MIB, tensors=t), _row("im2col-gemm", 1.1, 2 * MIB, tensors=t),
+            _row("direct-naive", 3.0, 0, tensors=t)], 64 * MIB, "im2col-gemm"),
         PickCase("timed rows whose status is not exactly 'ok': their times do not count", [
             _row("fft", 0.3, MIB, "skipped: result not checked", t),
+            _row("winograd", 0.2, MIB, "ok: partial (2 of 5 repeats)", t),
             _row("im2col-tiled", 0.5, MIB, "failed: wrong result (the check took 2 s)", t),
             _row("im2col-gemm", 0.9, MIB, tensors=t),
             _row("direct-naive", 2.0, 0, tensors=t)], 64 * MIB, "im2col-gemm"),
@@ -222,6 +226,14 @@ def _table(rows: list[dict], budget_bytes: int) -> str:
         lines.append(f"  {r['strategy']:<13} {r['median_ms']!s:>6}  "
                      f"{r['tensor_bytes'] / MIB:>7g}  {ws:>7}  {r['status'][:60]}")
     return "\n".join(lines)
+
+
+def _learner_line(exc: BaseException, fn) -> traceback.FrameSummary:
+    """The innermost frame of ``exc`` in the file that defines ``fn`` (the learner's cell), not
+    in a library it called (``heapq``, say); the innermost frame if there is none."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    return next((f for f in reversed(frames) if f.filename == home), frames[-1])
 
 
 def check_pick(fn) -> Report:
@@ -250,7 +262,7 @@ def check_pick(fn) -> Report:
                           "cell with your code, run that cell, then run this check again.",
                           n - 1, "not implemented")
         except Exception as exc:  # noqa: BLE001 - the learner's code, reported readably
-            where = traceback.extract_tb(exc.__traceback__)[-1]
+            where = _learner_line(exc, fn)
             return Report(name, False, f"on case '{case.title}': your code raised "
                           f"{type(exc).__name__}: {exc} (line {where.lineno}: "
                           f"{(where.line or '').strip()})\n{_table(case.rows, case.budget_bytes)}",
