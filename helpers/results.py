@@ -234,7 +234,9 @@ class Recorded:
     Attributes:
         rows: the matching rows of every dataset, numbers parsed, each with ``source`` =
             ``"reference"`` and ``device`` = the device (GPU with its driver) and date that
-            measured it: ``"<Dataset.device>, <YYYY-MM-DD>"``.
+            measured it: ``"<Dataset.device>, <YYYY-MM-DD>"``, or for a row measured on a CPU
+            its own ``"CPU: ..., <YYYY-MM-DD>"``; and ``machine`` = the file's device and date
+            (the GPU of the machine, where it has one), for rows measured side by side.
         datasets: the datasets they came from (their ``meta`` names GPU, driver, versions, date).
         command: the command that records this experiment (on a GPU machine).
     """
@@ -252,8 +254,17 @@ class Recorded:
         from, or how to record them."""
         if not self.rows:
             return f"nothing recorded in results/ yet: run `{self.command}` on a GPU machine"
-        made = sorted({ds.provenance for ds in self.datasets})
-        return "recorded in results/ on " + "; ".join(made)
+        made = set()
+        for ds in self.datasets:
+            day = ds.date[:10]
+            if any(_on_gpu(r) and r["device"] == f"{ds.device}, {day}" for r in self.rows):
+                made.add(ds.provenance)
+            gpu = ds.meta.get("environment", {}).get("gpu_name")
+            for label in {r["device"] for r in self.rows if not _on_gpu(r)}:
+                cpu, date = label.rsplit(", ", 1)
+                if date == day:
+                    made.add(f"{cpu} ({date}" + (f"; a machine whose GPU is {gpu})" if gpu else ")"))
+        return "recorded in results/ on " + "; ".join(sorted(made))
 
 
 def _on_gpu(row: dict) -> bool:
@@ -262,6 +273,14 @@ def _on_gpu(row: dict) -> bool:
     if row.get("device_kind") not in (None, ""):
         return row["device_kind"] == "cuda"
     return not str(row.get("device", "")).startswith("CPU")
+
+
+def _cpu_label(ds: Dataset, row: dict) -> str:
+    """A CPU row's own device ("CPU: ..."), also in a file recorded on a GPU machine (whose
+    :attr:`Dataset.device` names the GPU): the data-parallel ranks run on its CPU, say."""
+    own = str(row.get("device") or "")
+    return own if own.startswith("CPU") else \
+        f"CPU: {ds.meta.get('environment', {}).get('cpu_model', 'unknown')}"
 
 
 def recorded(prefix: str, command: str, *, gpu_only: bool = True,
@@ -284,7 +303,8 @@ def recorded(prefix: str, command: str, *, gpu_only: bool = True,
         raise ValueError("prefix and command must be non-empty")
     rows, used = [], []
     for ds in find(prefix, directory):
-        picked = [dict(r, source="reference", device=f"{ds.device}, {ds.date[:10]}")
+        picked = [dict(r, source="reference", machine=f"{ds.device}, {ds.date[:10]}",
+                       device=f"{ds.device if _on_gpu(r) else _cpu_label(ds, r)}, {ds.date[:10]}")
                   for r in ds.rows
                   if all(r.get(k) == v for k, v in match.items())
                   and not (gpu_only and not _on_gpu(r))]

@@ -302,3 +302,23 @@ def test_an_unwritable_out_is_refused_before_anything_is_measured(module, argv, 
         main([a.format(bad=a_file / "sub") for a in argv])
     assert exc.value.code == 2 and _while_parsing(exc), module
     assert "--out" in capsys.readouterr().err
+
+
+def test_cpu_rows_of_a_gpu_machine_keep_their_cpu_label(tmp_path):
+    # the data-parallel ranks ran on the CPU of a machine that has a GPU: the file's environment
+    # names the GPU, but these rows were not measured on it
+    results.save("parallel_host", [
+        {"experiment": "ddp", "device_kind": "cpu", "device": "CPU: Xeon (16 cores)", "x": 1},
+        {"experiment": "ddp", "device_kind": "cpu", "device": "CPU: Xeon (16 cores)", "x": 2}],
+        directory=tmp_path)
+    meta_path = tmp_path / "parallel_host.json"
+    meta = json.loads(meta_path.read_text())
+    meta["environment"].update(gpu_name="NVIDIA H100 80GB HBM3", cpu_model="Xeon")
+    meta_path.write_text(json.dumps(meta))
+    rec = results.recorded("parallel_", "c", gpu_only=False, directory=tmp_path)
+    day = rec.datasets[0].date[:10]
+    assert [r["device"] for r in rec.rows] == [f"CPU: Xeon (16 cores), {day}"] * 2
+    assert rec.note == (f"recorded in results/ on CPU: Xeon (16 cores) ({day}; a machine whose "
+                        "GPU is NVIDIA H100 80GB HBM3)")
+    assert "GPU:" not in rec.note
+    assert not results.recorded("parallel_", "c", directory=tmp_path)   # no GPU rows at all

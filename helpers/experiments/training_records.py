@@ -82,7 +82,8 @@ def recorded(experiment: str, *, gpu_only: bool = True, directory=None) -> resul
         experiment: one of :data:`EXPERIMENTS` (``"utilisation_trace"``: the samples ``t_s``,
             ``gpu_util``, ``cpu_util`` of a trace).
         gpu_only: keep only the GPU rows; False keeps the same machines' CPU rows too (for
-            same-machine speedups), with ``device`` = ``"CPU beside <machine>"``.
+            same-machine speedups), with ``device`` = ``"CPU beside <machine>"`` and
+            ``cpu_device`` = that CPU's own label (``"CPU: ... (16 cores)"``).
         directory: folder to read (default ``results/``).
 
     Returns:
@@ -97,9 +98,10 @@ def recorded(experiment: str, *, gpu_only: bool = True, directory=None) -> resul
         raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
     rec = results.recorded(PREFIX, COMMAND, gpu_only=gpu_only, directory=directory,
                            experiment=experiment)
-    ok = [dict(r, machine=r["device"]) for r in rec.rows if str(r.get("status", "ok")) == "ok"]
+    ok = [r for r in rec.rows if str(r.get("status", "ok")) == "ok"]
     gpu_machines = {r["machine"] for r in ok if r.get("device_kind") == "cuda"}
-    rows = [r if r.get("device_kind") == "cuda" else dict(r, device=f"CPU beside {r['machine']}")
+    rows = [r if r.get("device_kind") == "cuda" else
+            dict(r, device=f"CPU beside {r['machine']}", cpu_device=r["device"].rsplit(", ", 1)[0])
             for r in ok if r["machine"] in gpu_machines]
     sets = [ds for ds in rec.datasets if ds.meta.get("environment", {}).get("gpu_name")]
     return results.Recorded(rows, sets if rows else [], rec.command)
