@@ -29,7 +29,6 @@ import pytest
 
 from helpers.conv import STRATEGIES, config_for
 from tools import book
-from tools import lab as lab_tool
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
                      chromium, error_outputs, require_browser, run_all_cells, wait_for_change)
@@ -191,7 +190,8 @@ def fresh_clone(root):
     """A folder laid out like a fresh clone after ``make env``: the start notebook, the learner's
     folders and files, and the build and packaging folders that the file browser should hide."""
     (root / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / lab_tool.START_NOTEBOOK, root / lab_tool.START_NOTEBOOK)
+    start = "notebooks/00_start_here.ipynb"   # the original: make lab copies it into my-work/
+    shutil.copy(ROOT / start, root / start)
     for folder in ("labs", "helpers", "gpu_cnn_workbook.egg-info", "build"):
         (root / folder).mkdir()
         (root / folder / "README.md").write_text("placeholder\n")
