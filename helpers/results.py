@@ -263,7 +263,8 @@ class Recorded:
             for label in {r["device"] for r in self.rows if not _on_gpu(r)}:
                 cpu, date = label.rsplit(", ", 1)
                 if date == day:
-                    made.add(f"{cpu} ({date}" + (f"; a machine whose GPU is {gpu})" if gpu else ")"))
+                    host = f"; a machine whose GPU is {gpu}" if gpu else ""
+                    made.add(f"{cpu} ({date}{host})")
         return "recorded in results/ on " + "; ".join(sorted(made))
 
 

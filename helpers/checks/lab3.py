@@ -1,19 +1,14 @@
 """Checkers for Lab 3: im2col, convolution as one GEMM, and col2im for the backward pass.
 
-One checker per TODO of ``labs/lab3_im2col.ipynb``, each returning a
-:class:`helpers.checks.Report`: :func:`check_im2col`, :func:`check_conv2d_im2col`,
-:func:`check_col2im` and :func:`check_conv2d_backward_dx` (each docstring gives the signature).
-
-Shapes use the cuDNN paper's symbols: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``,
-output ``y: (N, K, P, Q)`` with ``P = (H + 2*padding - R) // stride + 1`` (likewise Q), the
-unrolled matrix ``cols: (C*R*S, N*P*Q)``; ``stride`` and ``padding`` are ints (the same along
-both axes); cross-correlation, as ``torch.nn.functional.conv2d``. The learner's functions take
-and return NumPy float32 arrays (a Numba device array or a torch tensor is accepted as a result
-too). The cases are :data:`CONFIGS` (see :func:`_cases`); the references are torch's, in float64.
-Every checker runs the learner's function with ``cuda.device_array`` and
-``cuda.device_array_like`` filling new float arrays with NaN (:func:`_nan_allocations`), so an
-element never written shows as NaN whatever the memory held; a result that is not float32
-fails even when its values are right (:func:`_check`).
+One checker per TODO of ``labs/lab3_im2col.ipynb`` (:func:`check_im2col`,
+:func:`check_conv2d_im2col`, :func:`check_col2im`, :func:`check_conv2d_backward_dx`), each
+returning a :class:`helpers.checks.Report`. Shapes: ``x: (N, C, H, W)``, ``w: (K, C, R, S)``,
+``y: (N, K, P, Q)``, ``cols: (C*R*S, N*P*Q)``; int ``stride`` and ``padding``; cross-correlation
+as ``torch.nn.functional.conv2d``. Results are float32 NumPy arrays (a Numba device array or a
+torch tensor is accepted); references are torch's in float64, on :data:`CONFIGS`. New float
+``cuda.device_array(_like)`` arrays are NaN-filled while the learner's code runs
+(:func:`_nan_allocations`), so an element never written shows as NaN, and a
+result that is not float32 fails even when its values are right (:func:`_check`).
 
 Source: Li et al., ICPP 2016, Section II-B (unrolling: Caffe, Torch-cunn, Theano-CorrMM,
 cuDNN), Section V-A and Figure 4 (im2col, GEMM, col2im).

@@ -140,8 +140,8 @@ def pick_cases() -> list[PickCase]:
     fits, a refused or failed row picked (or one whose status merely contains "ok" or does
     not start with "failed"), the budget compared with ``<`` instead of ``<=``, a workspace of
     0 taken as unknown, the first fitting row taken (right only when the rows happen to be
-    sorted), a row that says "ok" without a time taken, ties broken the wrong way (by workspace instead of footprint, by name in either
-    order, by the last row).
+    sorted), a row that says "ok" without a time taken, ties broken the wrong way (by
+    workspace instead of footprint, by name in either order, by the last row).
     """
     t = 8 * MIB     # the tensors (x, w, y) of the layer the rows of a case were measured on
     cases = [

@@ -26,7 +26,7 @@ import torch
 
 from helpers.conv import direct, fft, reference, unroll, winograd
 from helpers.conv.config import ConvConfig
-from helpers.device import backend, host, memory
+from helpers.device import backend, memory
 from helpers.device.arrays import cuda_device, to_torch
 
 __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",

@@ -23,10 +23,8 @@ import pathlib
 import sys
 import time
 
-import torch
-
 from helpers import results
-from helpers.device import backend, host, memory
+from helpers.device import backend, memory
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module

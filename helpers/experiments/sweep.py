@@ -1,11 +1,11 @@
 """The study's experiments as data, and the command that runs them.
 
 ``python -m helpers.experiments.sweep --preset NAME --out FILE.csv [--device cpu,cuda]
-[--time-limit S] [--resume]`` measures every strategy of :data:`helpers.conv.STRATEGIES` over the study's
-one-parameter sweeps and Table I's layers (:data:`PRESETS`) and writes one CSV row per (point,
-strategy, device) plus ``FILE.json`` describing the machine. A point not run (unsupported, the
-simulator, over a budget or the time limit) is a row whose ``status`` says why, never a gap.
-Notebook 06 runs and reads these experiments.
+[--time-limit S] [--resume]`` measures every strategy of :data:`helpers.conv.STRATEGIES` over
+the study's one-parameter sweeps and Table I's layers (:data:`PRESETS`) and writes one CSV row
+per (point, strategy, device) plus ``FILE.json`` describing the machine. A point not run
+(unsupported, the simulator, over a budget or the time limit) is a row whose ``status`` says
+why, never a gap. Notebook 06 runs and reads these experiments.
 
 Symbols: the study's 5-tuple (b, i, f, k, s) = (batch, input height = width, filters, kernel
 height = width, stride), plus input channels c and padding; kernels use the cuDNN paper's
@@ -35,7 +35,7 @@ from helpers.conv import (
     conv2d_backward,
     simulator_refusal,
 )
-from helpers.device import backend, host, memory, timing
+from helpers.device import backend, memory, timing
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.sweep_findings import (  # re-exported: notebooks read sweep.findings
@@ -497,7 +497,10 @@ def _earlier_rows(path: pathlib.Path, preset: Preset) -> tuple[list[dict], dict 
     """
     if not path.exists():
         return [], None
-    earlier = results.load(path.stem, path.parent)
+    try:
+        earlier = results.load(path.stem, path.parent)
+    except FileNotFoundError as exc:
+        raise ValueError(f"--resume: {path} has no JSON beside it ({exc})") from None
     if earlier.meta.get("preset") != preset.name or not earlier.rows \
             or set(earlier.rows[0]) != set(FIELDS):
         raise ValueError(f"--resume: {path} is not a run of the {preset.name!r} preset")
