@@ -193,3 +193,11 @@ def test_resume_refuses_a_file_of_another_preset(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--preset", "smoke", "--out", str(out), "--no-progress", "--resume"])
     assert exc.value.code == 2 and "is not a run of the 'smoke' preset" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_csv_without_its_json(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    out.write_text(",".join(FIELDS) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--preset", "smoke", "--out", str(out), "--no-progress", "--resume"])
+    assert exc.value.code == 2 and "has no JSON beside it" in capsys.readouterr().err
