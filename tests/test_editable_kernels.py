@@ -1,0 +1,45 @@
+"""The kernels a learner edits in place in the notebooks: each editable copy is the package's
+kernel, character for character, so the notebook teaches the code the workbook runs."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import pathlib
+import textwrap
+
+import pytest
+
+from helpers import elementwise
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+#: (notebook, the id of the cell holding the copy, the package's kernel)
+EDITABLE = [("notebooks/01_cpu_vs_gpu_throughput.ipynb", "edit-relu-code",
+             elementwise.relu_kernel)]
+
+
+def _function_source(code: str, name: str) -> str:
+    """The source of the function ``name`` defined in ``code``, decorators included."""
+    tree = ast.parse(code)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = code.splitlines()
+    start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+    return "\n".join(lines[start:node.end_lineno])
+
+
+@pytest.mark.parametrize("notebook, cell_id, kernel", EDITABLE, ids=lambda v: str(v)[:40])
+def test_the_editable_copy_is_the_packages_kernel(notebook, cell_id, kernel):
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    cell = next(c for c in cells if c.get("id") == cell_id)
+    copy = _function_source("".join(cell["source"]), kernel.py_func.__name__)
+    original = textwrap.dedent(inspect.getsource(kernel.py_func)).rstrip()
+    assert copy == original
+
+
+def test_a_changed_copy_is_told_apart():
+    # the comparison is not vacuous: one changed character is a difference
+    code = textwrap.dedent(inspect.getsource(elementwise.relu_kernel.py_func))
+    changed = code.replace("if i < x.size:", "if i <= x.size:")
+    assert _function_source(changed, "relu_kernel") != code.rstrip()
