@@ -12,12 +12,15 @@ import textwrap
 import pytest
 
 from helpers import elementwise
+from helpers.conv import direct
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: (notebook, the id of the cell holding the copy, the package's kernel)
 EDITABLE = [("notebooks/01_cpu_vs_gpu_throughput.ipynb", "edit-relu-code",
-             elementwise.relu_kernel)]
+             elementwise.relu_kernel),
+            ("notebooks/03_direct_convolution.ipynb", "edit-direct-naive-code",
+             direct.direct_naive_kernel)]
 
 
 def _function_source(code: str, name: str) -> str:
