@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from helpers import elementwise
-from helpers.conv import direct
+from helpers.conv import direct, unroll
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EDITABLE = [("notebooks/01_cpu_vs_gpu_throughput.ipynb", "edit-relu-code",
              elementwise.relu_kernel),
             ("notebooks/03_direct_convolution.ipynb", "edit-direct-naive-code",
-             direct.direct_naive_kernel)]
+             direct.direct_naive_kernel),
+            ("notebooks/04_unrolling_im2col_gemm.ipynb", "edit-im2col-code",
+             unroll.im2col_kernel)]
 
 
 def _function_source(code: str, name: str) -> str:
