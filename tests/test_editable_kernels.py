@@ -43,8 +43,10 @@ def test_the_editable_copy_is_the_packages_kernel(notebook, cell_id, kernel):
     assert copy == original
 
 
-def test_a_changed_copy_is_told_apart():
-    # the comparison is not vacuous: one changed character is a difference
-    code = textwrap.dedent(inspect.getsource(elementwise.relu_kernel.py_func))
-    changed = code.replace("if i < x.size:", "if i <= x.size:")
-    assert _function_source(changed, "relu_kernel") != code.rstrip()
+def test_the_copy_is_read_exactly_and_a_changed_copy_is_told_apart():
+    # a cell's other code is left out, the kernel kept whole; one changed character differs
+    code = textwrap.dedent(inspect.getsource(elementwise.relu_kernel.py_func)).rstrip()
+    cell = f"import numpy as np\n\n{code}\n\nslope = 0.0\nprint(slope)\n"
+    assert _function_source(cell, "relu_kernel") == code
+    changed = cell.replace("if i < x.size:", "if i <= x.size:")
+    assert _function_source(changed, "relu_kernel") != code
