@@ -22,7 +22,9 @@ EDITABLE = [("notebooks/01_cpu_vs_gpu_throughput.ipynb", "edit-relu-code",
             ("notebooks/03_direct_convolution.ipynb", "edit-direct-naive-code",
              direct.direct_naive_kernel),
             ("notebooks/04_unrolling_im2col_gemm.ipynb", "edit-im2col-code",
-             unroll.im2col_kernel)]
+             unroll.im2col_kernel),
+            ("notebooks/07_inside_the_gpu.ipynb", "edit-direct-tiled-code",
+             direct.direct_tiled_kernel)]
 
 
 def _function_source(code: str, name: str) -> str:
@@ -41,6 +43,22 @@ def test_the_editable_copy_is_the_packages_kernel(notebook, cell_id, kernel):
     copy = _function_source("".join(cell["source"]), kernel.py_func.__name__)
     original = textwrap.dedent(inspect.getsource(kernel.py_func)).rstrip()
     assert copy == original
+
+
+def test_the_tiled_copy_is_sized_by_the_packages_constants():
+    """Notebook 07's copy of direct_tiled_kernel reads TILE and IN_TILE from its own cell: they
+    must start as the package's, or the copy would be another kernel."""
+    cells = json.loads((ROOT / "notebooks/07_inside_the_gpu.ipynb").read_text())["cells"]
+    code = "".join(next(c for c in cells if c.get("id") == "edit-direct-tiled-code")["source"])
+    tree = ast.parse(code)
+    constants = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in {"TILE", "MAX_KERNEL", "MAX_STRIDE", "IN_TILE"}:
+            constants[node.targets[0].id] = eval(compile(ast.Expression(node.value), "", "eval"),
+                                                 dict(constants))  # noqa: S307
+    assert constants == {"TILE": direct.TILE, "MAX_KERNEL": direct.MAX_KERNEL,
+                         "MAX_STRIDE": direct.MAX_STRIDE, "IN_TILE": direct.IN_TILE}
 
 
 def test_the_copy_is_read_exactly_and_a_changed_copy_is_told_apart():
