@@ -17,7 +17,7 @@ from numba import cuda, float32
 
 from helpers.device import backend
 from helpers import compiled, compiler_worker, kernels
-from helpers.checks import lab1, lab2
+from helpers.checks import lab1, lab2, lab6
 from helpers.experiments import kernel_resources, memory_access
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -33,6 +33,7 @@ LAB_ARGTYPES = {
                         "early_exit_kernel": lab2.KERNEL_ARGTYPES},
     "lab3_im2col": {"im2col_kernel": (F4, F2) + ("int64",) * 6,
                     "col2im_kernel": (F2, F4) + ("int64",) * 6},
+    "lab6_transpose_and_occupancy": {"transpose_kernel": lab6.KERNEL_ARGTYPES},
 }
 
 
