@@ -53,17 +53,17 @@ class KernelSpec:
 #: of notebook 01 (helpers.elementwise) and the memory experiments of notebook 07.
 KERNELS: list[KernelSpec] = [
     KernelSpec("direct_naive_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
-               (_F4, _F4, _F4) + (_I,) * 4),
+               (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("direct_tiled_kernel", "helpers.conv.direct", "direct-tiled", direct.TILE ** 2,
-               (_F1, _F1, _F1) + (_I,) * 12),
+               (_F1, _F1, _F1) + (_I,) * 14),
     KernelSpec("direct_dx_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
-               (_F4, _F4, _F4) + (_I,) * 4),
+               (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
-               (_F4, _F4, _F4) + (_I,) * 4),
+               (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("im2col_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
-               (_F4, _F2) + (_I,) * 8),
+               (_F4, _F2) + (_I,) * 10),
     KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
-               (_F2, _F4) + (_I,) * 8),
+               (_F2, _F4) + (_I,) * 10),
     *[KernelSpec(name, "helpers.conv.winograd", "winograd", winograd.THREADS,
                  (_F4,) + (_I,) * 5 + (_F3,))
       for name in ("input_transform_kernel", "filter_transform_kernel", "dy_transform_kernel",

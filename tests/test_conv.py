@@ -83,11 +83,11 @@ def _check_case(name, device, case):
     dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
     tol = TOL.get(strat.family, 1e-4)
 
-    y = conv2d(x, w, stride, padding, strategy=name, device=device)
+    y = conv2d(x, w, stride=stride, padding=padding, strategy=name, device=device)
     assert isinstance(y, np.ndarray) and y.dtype == np.float32
     assert _rel(y, ref.reference(x, w, stride, padding)) < tol
 
-    dx, dw = conv2d_backward(x, w, dy, stride, padding, strategy=name, device=device)
+    dx, dw = conv2d_backward(x, w, dy, stride=stride, padding=padding, strategy=name, device=device)
     dx_ref, dw_ref = ref.reference_backward(x, w, dy, stride, padding)
     assert _rel(dx, dx_ref) < tol
     assert _rel(dw, dw_ref) < tol
@@ -112,8 +112,10 @@ def test_named_awkward_cases(name, device):
         dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
         tol = TOL.get(strat.family, 1e-4)
         pair = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
-        assert _rel(conv2d(x, w, stride, padding, name, device), ref.reference(x, w, *pair)) < tol
-        dx, dw = conv2d_backward(x, w, dy, stride, padding, name, device)
+        y = conv2d(x, w, stride=stride, padding=padding, strategy=name, device=device)
+        assert _rel(y, ref.reference(x, w, *pair)) < tol
+        dx, dw = conv2d_backward(x, w, dy, stride=stride, padding=padding,
+                                 strategy=name, device=device)
         dx_ref, dw_ref = ref.reference_backward(x, w, dy, *pair)
         assert _rel(dx, dx_ref) < tol and _rel(dw, dw_ref) < tol
 
@@ -151,7 +153,8 @@ def test_pairs_and_ints_are_the_same():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 1, 6, 6)).astype(np.float32)
     w = rng.standard_normal((1, 1, 3, 3)).astype(np.float32)
-    np.testing.assert_array_equal(conv2d(x, w, 2, 1), conv2d(x, w, (2, 2), (1, 1)))
+    np.testing.assert_array_equal(conv2d(x, w, stride=2, padding=1),
+                                  conv2d(x, w, stride=(2, 2), padding=(1, 1)))
 
 
 # ------------------------------------------------------------------------------- bad input
@@ -179,9 +182,9 @@ GOOD_W = np.ones((3, 2, 3, 3), np.float32)
 ])
 def test_bad_input_is_refused_with_the_reason(x, w, stride, padding, match):
     with pytest.raises(ValueError, match=match):
-        conv2d(x, w, stride, padding)
+        conv2d(x, w, stride=stride, padding=padding)
     with pytest.raises(ValueError, match=match):
-        conv2d_backward(x, w, np.ones((1, 3, 3, 3), np.float32), stride, padding)
+        conv2d_backward(x, w, np.ones((1, 3, 3, 3), np.float32), stride=stride, padding=padding)
 
 
 def test_unknown_strategy_and_device():

@@ -275,7 +275,7 @@ def test_stride_and_padding_accept_numpy_and_tensor_integers():
     for stride, padding in [(np.array([1, 2]), np.array([1, 0])),
                             (torch.tensor([1, 2]), (np.int64(1), 0)),
                             ((np.int32(1), 2), torch.tensor([1, 0]))]:
-        y = conv.conv2d(GOOD_X, GOOD_W, stride, padding)
+        y = conv.conv2d(GOOD_X, GOOD_W, stride=stride, padding=padding)
         assert conv_check.rel_error(y, expected) < 1e-5
 
 

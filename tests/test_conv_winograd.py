@@ -101,10 +101,10 @@ def test_the_registered_strategy_through_conv2d(device):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 4, 6, 9)).astype(np.float32)
     w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
-    y = conv2d(x, w, 1, 1, "winograd", device)
+    y = conv2d(x, w, padding=1, strategy="winograd", device=device)
     assert isinstance(y, np.ndarray) and rel_error(y, reference(x, w, 1, 1)) < TOL
     dy = rng.standard_normal(y.shape).astype(np.float32)
-    dx, dw = conv2d_backward(x, w, dy, 1, 1, "winograd", device)
+    dx, dw = conv2d_backward(x, w, dy, padding=1, strategy="winograd", device=device)
     dx_ref, dw_ref = reference_backward(x, w, dy, 1, 1)
     assert rel_error(dx, dx_ref) < TOL and rel_error(dw, dw_ref) < TOL
 
@@ -131,7 +131,7 @@ def test_supports_names_the_reason():
         config_for((1, 1, 8, 8), (1, 1, 3, 3), (2, 1)))
     x, w = np.ones((1, 1, 8, 8), np.float32), np.ones((1, 1, 5, 5), np.float32)
     with pytest.raises(ValueError, match="winograd cannot compute .* 3 x 3 kernel"):
-        conv2d(x, w, 1, 0, "winograd")
+        conv2d(x, w, strategy="winograd")
 
 
 def test_flops_count_the_gemm_and_the_transforms():

@@ -26,7 +26,8 @@ def test_window_reads_are_exactly_the_inputs_an_output_depends_on(x_shape, w_sha
             for wi in range(cfg.w):
                 x = np.zeros(cfg.x_shape, np.float32)
                 x[0, c, h, wi] = 1.0
-                y = conv2d(x, w, stride, padding, strategy="direct-naive", device="cpu")
+                y = conv2d(x, w, stride=stride, padding=padding, strategy="direct-naive",
+                           device="cpu")
                 for p, q in zip(*np.nonzero(y[0, 0])):
                     touched.setdefault((int(p), int(q)), set()).add((c, h, wi))
     for p in range(cfg.p):
@@ -41,7 +42,7 @@ def test_window_reads_reproduce_the_output(rng, x_shape, w_shape, stride, paddin
     cfg = config_for(x_shape, w_shape, stride, padding)
     x = rng.standard_normal(cfg.x_shape).astype(np.float32)
     w = rng.standard_normal(cfg.w_shape).astype(np.float32)
-    y = conv2d(x, w, stride, padding, strategy="direct-naive", device="cpu")
+    y = conv2d(x, w, stride=stride, padding=padding, strategy="direct-naive", device="cpu")
     for n, k, p, q in [(0, 0, 0, 0), (cfg.n - 1, cfg.k - 1, cfg.p - 1, cfg.q - 1),
                        (0, cfg.k - 1, cfg.p // 2, cfg.q // 2)]:
         by_hand = sum(float(x[n, c, h, wi]) * float(w[k, c, r, s])

@@ -72,16 +72,16 @@ def test_footprint_is_what_the_real_kernel_reads():
     wt = rng.standard_normal((1, 1, r, s)).astype(np.float32)
     tile = direct.TILE
     block = (slice(fp["p0"], fp["p0"] + tile), slice(fp["q0"], fp["q0"] + tile))
-    y0 = conv2d(x, wt, 1, 2, strategy="direct-tiled", device="cuda")[0, 0][block]
+    y0 = conv2d(x, wt, padding=2, strategy="direct-tiled", device="cuda")[0, 0][block]
     staged = np.zeros((h, w), dtype=bool)
     staged[max(fp["h0"], 0):fp["h0"] + fp["rows"], max(fp["w0"], 0):fp["w0"] + fp["cols"]] = True
     outside = x.copy()
     outside[0, 0][~staged] += 100.0
-    y1 = conv2d(outside, wt, 1, 2, strategy="direct-tiled", device="cuda")[0, 0][block]
+    y1 = conv2d(outside, wt, padding=2, strategy="direct-tiled", device="cuda")[0, 0][block]
     np.testing.assert_array_equal(y0, y1)
     halo = x.copy()
     halo[0, 0, fp["h0"] + fp["rows"] - 1, fp["w0"] + fp["cols"] - 1] += 100.0  # last halo entry
-    y2 = conv2d(halo, wt, 1, 2, strategy="direct-tiled", device="cuda")[0, 0][block]
+    y2 = conv2d(halo, wt, padding=2, strategy="direct-tiled", device="cuda")[0, 0][block]
     assert not np.array_equal(y0, y2)
 
 
@@ -116,7 +116,7 @@ def test_thread_map_matches_the_blocks_the_real_kernel_writes():
     cut = (3, 2, 1)  # blocks 0..2 along x, both filters, image 0
     y = poisoned(cfg.y_shape, cuda_device())
     dims = (cfg.c, cfg.h, cfg.w, cfg.k, cfg.r, cfg.s, cfg.p, cfg.q)
-    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.dil_h, cfg.dil_w)
     direct.direct_tiled_kernel[cut, (direct.TILE, direct.TILE)](
         kernel_array(x.reshape(-1)), kernel_array(w.reshape(-1)), kernel_array(y.reshape(-1)),
         *(np.int64(d) for d in dims), *(np.int64(a) for a in args))

@@ -1,13 +1,10 @@
 """The convolution strategies the study compares, behind one interface.
 
-``conv2d(x, w, stride=1, padding=0, strategy="reference", device=None) -> y`` and
-``conv2d_backward(x, w, dy, stride=1, padding=0, strategy=..., device=None) -> (dx, dw)``.
-
-Shapes (cuDNN paper symbols): ``x: (N, C, H, W)``, ``w: (K, C, R, S)``, ``y, dy: (N, K, P, Q)``
-with ``P = (H + 2*pad_h - R) // stride_h + 1`` (likewise Q); float32 (other float dtypes are
-converted); cross-correlation, as ``torch.nn.functional.conv2d``. ``stride`` and ``padding``
-are ints or (h, w) pairs. Inputs are NumPy arrays or torch tensors; results are of the same
-kind as ``x``; ``device`` picks ``"cpu"`` or ``"cuda"`` (see :func:`conv2d`).
+``conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, strategy="reference",
+device=None) -> y`` and ``conv2d_backward(x, w, dy, ...) -> (dx, dw)``, or ``(dx, dw, db)``
+with a bias: the arguments of ``torch.nn.functional.conv2d``. Shapes (cuDNN symbols):
+``x: (N, C, H, W)``, ``w: (K, C/groups, R, S)``, ``y, dy: (N, K, P, Q)``; float32;
+cross-correlation. Inputs are NumPy arrays or torch tensors; results are of x's kind.
 
 :data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
 ``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, FLOPs, workspace.
@@ -25,11 +22,12 @@ import numpy as np
 import torch
 
 from helpers.conv import direct, fft, reference, unroll, winograd
-from helpers.conv.config import ConvConfig
+from helpers.conv.config import ConvConfig, same_padding
 from helpers.device import backend, memory
 from helpers.device.arrays import cuda_device, to_torch
 
 __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",
+           "resolve_padding",
            "simulator_refusal", "memory_refusal", "SIMULATOR_MAX_MACS",
            "memory_report"]
 
@@ -50,6 +48,11 @@ class Strategy:
             applies without a GPU).
         finite_only: why it refuses inputs with NaN or infinity (where one would spread, beyond
             the outputs whose windows hold it); empty when it takes them.
+        native_groups: its code takes groups itself; otherwise :meth:`forward` and
+            :meth:`backward` run it once per group, on that group's channels and filters.
+        dilation: ``"native"`` (its code takes dilation), ``"zeros"`` (it convolves with the
+            filter dilated by inserted zeros: free where the cost does not depend on the
+            kernel size) or the reason it refuses dilation.
     """
 
     name: str
@@ -64,6 +67,8 @@ class Strategy:
     uses_numba_kernels: bool = False
     finite_only: str = ""
     stride_note: str = "any stride, natively"
+    native_groups: bool = False
+    dilation: str = "native"
 
     def supports(self, cfg: ConvConfig, device: str = "cpu") -> str | None:
         """None if this strategy computes ``cfg`` on ``device``, else the reason it cannot."""
@@ -73,23 +78,71 @@ class Strategy:
             return f"{self.name} has no {device} implementation (it runs on {', '.join(self.devices)})"
         if device == "cuda" and backend.MODE == "unavailable":
             return "no CUDA device: NUMBA_ENABLE_CUDASIM=0 was set on a machine without a GPU"
-        return self._supports(cfg, device)
+        if (cfg.dil_h, cfg.dil_w) != (1, 1) and self.dilation not in ("native", "zeros"):
+            return f"dilation {cfg.dil_h, cfg.dil_w}: {self.dilation}"
+        return self._supports(self._core(cfg), device)
+
+    def _core(self, cfg: ConvConfig) -> ConvConfig:
+        """The config its own code sees: one group (unless native), the dilated extent for
+        ``dilation="zeros"``."""
+        if cfg.groups > 1 and not self.native_groups:
+            cfg = cfg.group()
+        if self.dilation == "zeros" and (cfg.dil_h, cfg.dil_w) != (1, 1):
+            cfg = dataclasses.replace(cfg, r=cfg.r_extent, s=cfg.s_extent, dil_h=1, dil_w=1)
+        return cfg
 
     def flops(self, cfg: ConvConfig, backward: bool = False) -> int:
-        """FLOPs of the forward pass (multiply-adds x 2), or of forward + backward."""
-        f = self._flops(cfg)
+        """FLOPs of the forward pass (multiply-adds x 2), or of forward + backward; for a
+        strategy run once per group, the groups' sum."""
+        core = self._core(cfg)
+        f = self._flops(core) * (cfg.groups if core.groups != cfg.groups else 1)
         return 3 * f if backward else f
 
     def workspace_bytes(self, cfg: ConvConfig, backward: bool = False) -> int | None:
         """Analytic extra memory in bytes beyond x, w, y (and dx, dw, dy); None if not known
-        in advance (torch's choice of cuDNN algorithm)."""
-        return self._workspace(cfg, backward)
+        in advance (torch's choice of cuDNN algorithm). Groups run one after another, so the
+        workspace is one group's."""
+        return self._workspace(self._core(cfg), backward)
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str):
-        return self._forward(x, w, cfg, device)
+        """y (N, K, P, Q) for x (N, C, H, W) and w (K, C/groups, R, S); float32 tensors."""
+        core = self._core(cfg)
+        if core.r != cfg.r or core.s != cfg.s:
+            w = _dilate(w, cfg)
+        if core.groups == cfg.groups:
+            return self._forward(x, w, core, device)
+        cg, kg = core.c, core.k
+        return torch.cat([self._forward(x[:, g * cg:(g + 1) * cg].contiguous(),
+                                        w[g * kg:(g + 1) * kg].contiguous(), core, device)
+                          for g in range(cfg.groups)], dim=1)
 
     def backward(self, x, w, dy, cfg: ConvConfig, device: str):
-        return self._backward(x, w, dy, cfg, device)
+        """(dx, dw) for dy (N, K, P, Q), as :meth:`forward`."""
+        core = self._core(cfg)
+        dilated = core.r != cfg.r or core.s != cfg.s
+        if dilated:
+            w = _dilate(w, cfg)
+        if core.groups == cfg.groups:
+            dx, dw = self._backward(x, w, dy, core, device)
+        else:
+            cg, kg = core.c, core.k
+            parts = [self._backward(x[:, g * cg:(g + 1) * cg].contiguous(),
+                                    w[g * kg:(g + 1) * kg].contiguous(),
+                                    dy[:, g * kg:(g + 1) * kg].contiguous(), core, device)
+                     for g in range(cfg.groups)]
+            dx = torch.cat([p[0] for p in parts], dim=1)
+            dw = torch.cat([p[1] for p in parts], dim=0)
+        if dilated:  # the gradient of the inserted zeros is dropped
+            dw = dw[:, :, ::cfg.dil_h, ::cfg.dil_w].contiguous()
+        return dx, dw
+
+
+def _dilate(w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """w (K, C, R, S) spread over its dilated extent, zeros between the taps."""
+    out = torch.zeros((w.shape[0], w.shape[1], cfg.r_extent, cfg.s_extent), dtype=w.dtype,
+                      device=w.device)
+    out[:, :, ::cfg.dil_h, ::cfg.dil_w] = w
+    return out
 
 
 def _direct_forward(tiled: bool):
@@ -162,7 +215,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda x, w, dy, cfg, d: _fft_module().backward(x, w, dy, cfg),
             lambda cfg: _fft_module().flops(cfg),
             lambda cfg, b: _fft_module().workspace_bytes(cfg),
-            _supports=_fft_supports,
+            _supports=_fft_supports, dilation="zeros",
             finite_only="the Fourier transform would spread it to every output element",
             stride_note="stride 1 natively; a larger stride computes the stride-1 output and "
                         "keeps every s-th row and column, so it costs the full stride-1 work"),
@@ -178,6 +231,10 @@ STRATEGIES: dict[str, Strategy] = {
             lambda x, w, dy, cfg, d: winograd.backward(x, w, dy, cfg, d),
             winograd.flops, winograd.workspace_bytes, _supports=winograd.supports,
             uses_numba_kernels=True, stride_note="stride 1 only",
+            dilation="Winograd's transforms combine adjacent taps of a 4 x 4 input tile; a "
+                     "dilated filter's taps are dil apart, so it would need the input split "
+                     "into dil_h * dil_w interleaved sub-grids, each convolved separately "
+                     "(use direct, im2col-gemm or fft)",
             finite_only="the transforms multiply it by their zero coefficients too, which "
                         "spreads it to a 4 x 4 block of outputs where direct convolution "
                         "poisons only the 3 x 3 whose windows hold it"),
@@ -188,7 +245,7 @@ STRATEGIES: dict[str, Strategy] = {
             ("cpu", "cuda"),
             lambda x, w, cfg, d: reference.forward(x, w, cfg),
             lambda x, w, dy, cfg, d: reference.backward(x, w, dy, cfg),
-            lambda cfg: cfg.flops, lambda cfg, b: None),
+            lambda cfg: cfg.flops, lambda cfg, b: None, native_groups=True),
     ]
 }
 
@@ -207,9 +264,42 @@ def simulator_refusal(strategy: Strategy, cfg: ConvConfig, backward: bool = Fals
     return None
 
 
-def config_for(x_shape, w_shape, stride=1, padding=0) -> ConvConfig:
-    """Validate shapes and hyper-parameters (see :meth:`ConvConfig.from_shapes`)."""
-    return ConvConfig.from_shapes(x_shape, w_shape, stride, padding)
+def config_for(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> ConvConfig:
+    """Validate shapes and hyper-parameters (see :meth:`ConvConfig.from_shapes`); padding may
+    also be ``'valid'`` (0) or ``'same'`` when its total is even (see :func:`resolve_padding`
+    for the odd case)."""
+    pads, extra = resolve_padding(padding, w_shape, stride, dilation)
+    if extra != (0, 0):
+        raise ValueError(f"padding='same' with this kernel and dilation needs one more row or "
+                         f"column at the end than at the start {extra}; conv2d pads x for it, a "
+                         f"ConvConfig holds symmetric padding only")
+    return ConvConfig.from_shapes(x_shape, w_shape, stride, pads, dilation, groups)
+
+
+def resolve_padding(padding, w_shape, stride=1, dilation=1):
+    """``padding`` as ((pad_h, pad_w), (extra_h, extra_w)): an int or pair as it is with no
+    extra; ``'valid'`` as 0; ``'same'`` as torch applies it (:func:`helpers.conv.config.
+    same_padding`: half the total dil*(R - 1) on each side, the odd one at the bottom/right).
+
+    Raises:
+        ValueError: a string other than 'same' or 'valid', 'same' with a stride other than 1,
+            or w_shape not 4-D (naming the parameter).
+    """
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if padding != "same":
+            raise ValueError(f"padding must be an int, an (h, w) pair, 'same' or 'valid', got "
+                             f"{padding!r}")
+        _, _, r, s = _w_dims(w_shape)
+        return same_padding(r, s, dilation, stride)
+    return padding, (0, 0)
+
+
+def _w_dims(w_shape) -> tuple[int, int, int, int]:
+    if not isinstance(w_shape, (tuple, list, torch.Size)) or len(w_shape) != 4:
+        raise ValueError(f"w must be 4-D (K, C/groups, R, S), got shape {w_shape!r}")
+    return tuple(int(v) for v in w_shape)
 
 
 def _check_array(name: str, a) -> None:
@@ -278,19 +368,42 @@ def memory_refusal(strategy: str, cfg: ConvConfig, device: str = "cpu",
     return None
 
 
-def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, backward: bool):
+def _check_bias(bias, k: int) -> None:
+    """A bias must be None or a float array or tensor of shape (K,); an int, a pair or an
+    integer array here is most likely a stride passed by position, and the message says so."""
+    if bias is None:
+        return
+    hint = ("conv2d's third parameter is bias, as in torch.nn.functional.conv2d: pass stride= "
+            "and padding= by name")
+    is_array = isinstance(bias, (np.ndarray, torch.Tensor))
+    floating = is_array and (bias.dtype.is_floating_point if isinstance(bias, torch.Tensor)
+                             else bias.dtype.kind == "f")
+    if not floating:
+        raise ValueError(f"bias must be None or a float array of shape (K,) = ({k},), got "
+                         f"{bias!r}; {hint}")
+    if tuple(bias.shape) != (k,):
+        raise ValueError(f"bias must have shape (K,) = ({k},), one value per filter, got "
+                         f"{tuple(bias.shape)}")
+
+
+def _prepare(strategy: str, device: str | None, arrays: dict, bias, stride, padding, dilation,
+             groups, backward: bool):
     strat = _check_strategy(strategy)
     if device is not None:
         _check_device(device)
     for name, a in arrays.items():
         _check_array(name, a)
     x, w = arrays["x"], arrays["w"]
-    cfg = ConvConfig.from_shapes(x.shape, w.shape, stride, padding)
+    pads, extra = resolve_padding(padding, tuple(w.shape), stride, dilation)
+    x_shape = tuple(x.shape)
+    if len(x_shape) == 4 and extra != (0, 0):  # 'same' with an odd total: one more at the end
+        x_shape = x_shape[:2] + (x_shape[2] + extra[0], x_shape[3] + extra[1])
+    cfg = ConvConfig.from_shapes(x_shape, w.shape, stride, pads, dilation, groups)
+    _check_bias(bias, cfg.k)
     if "dy" in arrays and tuple(arrays["dy"].shape) != cfg.y_shape:
         raise ValueError(f"dy must have the output's shape {cfg.y_shape} (from x, w, stride "
-                             f"{cfg.stride_h, cfg.stride_w} and padding {cfg.pad_h, cfg.pad_w}), "
-                             f"got "
-                         f"{tuple(arrays['dy'].shape)}")
+                         f"{cfg.stride_h, cfg.stride_w}, padding {padding!r} and dilation "
+                         f"{cfg.dil_h, cfg.dil_w}), got {tuple(arrays['dy'].shape)}")
     if device is None:
         device = "cuda" if isinstance(x, torch.Tensor) and x.is_cuda else "cpu"
     reason = memory_refusal(strategy, cfg, device, backward)
@@ -306,6 +419,10 @@ def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, b
             raise ValueError(f"{strategy} on the CUDA simulator: {reason}")
     where = cuda_device() if device == "cuda" else torch.device("cpu")
     tensors = {name: to_torch(a, where) for name, a in arrays.items()}
+    if bias is not None:
+        tensors["bias"] = to_torch(bias, where)
+    if extra != (0, 0):
+        tensors["x"] = torch.nn.functional.pad(tensors["x"], (0, extra[1], 0, extra[0]))
     if strat.finite_only:
         for name, t in tensors.items():
             # A finite sum means no NaN or infinity (they propagate) and costs one fast
@@ -313,7 +430,7 @@ def _prepare(strategy: str, device: str | None, arrays: dict, stride, padding, b
             if not (bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())):
                 raise ValueError(f"{strategy} needs finite values: {name} contains NaN or "
                                  f"infinity, and {strat.finite_only}")
-    return strat, cfg, device, tensors
+    return strat, cfg, device, tensors, extra
 
 
 def _like(result: torch.Tensor, template):
@@ -323,15 +440,24 @@ def _like(result: torch.Tensor, template):
     return result.detach().to(template.device)
 
 
-def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str | None = None):
-    """Forward convolution ``y = x (*) w`` by one of :data:`STRATEGIES`.
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1,
+           strategy: str = "reference", device: str | None = None):
+    """Forward convolution ``y = x (*) w + bias`` by one of :data:`STRATEGIES`.
+
+    The arguments of ``torch.nn.functional.conv2d``, then the strategy and the device.
 
     Args:
         x: input (N, C, H, W), NumPy array or torch tensor, floating point (a tensor that
             requires grad is read through ``detach()``; no gradient is recorded).
-        w: filters (K, C, R, S), same kinds accepted.
+        w: filters (K, C/groups, R, S), same kinds accepted.
+        bias: None or (K,), added to every output of its filter.
         stride: int or (h, w) pair (tuple, list, NumPy array or tensor of integers), each >= 1.
-        padding: int or (h, w) pair of zero padding, each >= 0. Both at most 2**31 - 1.
+        padding: int or (h, w) pair of zero padding, each >= 0 (at most 2**31 - 1), or
+            ``'valid'`` (none) or ``'same'`` (stride 1; output H x W; an odd total puts the
+            extra row and column at the bottom and right, as torch does).
+        dilation: int or (h, w) pair >= 1: the taps of the filter are ``dilation`` apart.
+        groups: >= 1, dividing C and K: filter k sees channels ``g*C/groups ...`` of its group
+            ``g = k // (K/groups)`` (``groups = C``: a depthwise convolution).
         strategy: a key of :data:`STRATEGIES`.
         device: ``"cpu"`` or ``"cuda"``; default ``"cuda"`` for a CUDA tensor, else
             ``"cpu"``. ``"cuda"`` runs the CUDA kernels on the GPU or, without one, in the
@@ -342,35 +468,48 @@ def conv2d(x, w, stride=1, padding=0, strategy: str = "reference", device: str |
         NumPy if x is NumPy, else a tensor on x's device.
 
     Raises:
-        ValueError: non-4-D arrays, channel mismatch, an empty dimension, kernel larger than the
-            padded input, stride < 1, padding < 0, non-float data, unknown strategy or device,
-            a configuration the strategy does not support (with the reason), non-finite input to
-            a strategy that cannot handle it, a layer too large for the CUDA simulator, or one
-            whose estimated memory exceeds what the device has free (:func:`memory_refusal`).
-            Every check runs before anything is converted or allocated but the finite check.
+        ValueError: non-4-D arrays, a channel mismatch (w's channels must be C/groups), groups
+            not dividing C and K, an empty dimension, a (dilated) kernel larger than the padded
+            input, stride < 1, padding < 0 or an unknown padding string, 'same' with stride > 1,
+            dilation < 1, a bias that is not (K,), non-float data, unknown strategy or device,
+            a configuration the strategy does not support (with the reason), non-finite input
+            to a strategy that cannot handle it, a layer too large for the CUDA simulator, or
+            one whose estimated memory exceeds what the device has free
+            (:func:`memory_refusal`). Every check runs before anything is converted or
+            allocated but the finite check.
     """
-    strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w}, stride, padding, False)
-    return _like(strat.forward(t["x"], t["w"], cfg, device), x)
+    strat, cfg, device, t, _ = _prepare(strategy, device, {"x": x, "w": w}, bias, stride,
+                                        padding, dilation, groups, False)
+    y = strat.forward(t["x"], t["w"], cfg, device)
+    if bias is not None:
+        y = y + t["bias"].to(y.dtype).reshape(1, -1, 1, 1)
+    return _like(y, x)
 
 
-def conv2d_backward(x, w, dy, stride=1, padding=0, strategy: str = "reference",
-                    device: str | None = None):
-    """Gradients of ``sum(y * dy)`` with respect to x and w, for ``y = conv2d(x, w)``.
+def conv2d_backward(x, w, dy, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                    strategy: str = "reference", device: str | None = None):
+    """Gradients of ``sum(y * dy)`` for ``y = conv2d(x, w, bias, ...)``.
 
     Args:
-        x, w, stride, padding, strategy, device: as :func:`conv2d`.
+        x, w, bias, stride, padding, dilation, groups, strategy, device: as :func:`conv2d`
+            (bias only says whether db is wanted: its values do not enter the gradients).
         dy: gradient of the output, (N, K, P, Q).
 
     Returns:
-        (dx, dw): shapes of x and w, float32, of the same kind as x.
+        (dx, dw), or (dx, dw, db) when ``bias`` is given: the shapes of x, w and bias,
+        float32, of the same kind as x. ``db[k]`` is the sum of ``dy[:, k]``.
 
     Raises:
         ValueError: as :func:`conv2d`, and dy's shape differing from (N, K, P, Q).
     """
-    strat, cfg, device, t = _prepare(strategy, device, {"x": x, "w": w, "dy": dy}, stride,
-                                     padding, True)
+    strat, cfg, device, t, extra = _prepare(strategy, device, {"x": x, "w": w, "dy": dy}, bias,
+                                            stride, padding, dilation, groups, True)
     dx, dw = strat.backward(t["x"], t["w"], t["dy"], cfg, device)
-    return _like(dx, x), _like(dw, x)
+    if extra != (0, 0):
+        dx = dx[:, :, :cfg.h - extra[0], :cfg.w - extra[1]]
+    if bias is None:
+        return _like(dx, x), _like(dw, x)
+    return _like(dx, x), _like(dw, x), _like(t["dy"].sum(dim=(0, 2, 3)), x)
 
 
 def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: str = "cpu",
@@ -413,10 +552,12 @@ def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: 
     w = torch.from_numpy(rng.standard_normal(cfg.w_shape, dtype=np.float32)).to(where)
     if backward:
         dy = torch.from_numpy(rng.standard_normal(cfg.y_shape, dtype=np.float32)).to(where)
-        call = lambda: conv2d_backward(x, w, dy, stride, padding, strategy, device)  # noqa: E731
+        call = lambda: conv2d_backward(x, w, dy, stride=stride, padding=padding,  # noqa: E731
+                                       strategy=strategy, device=device)
         out_bytes = (np.prod(cfg.x_shape) + np.prod(cfg.w_shape)) * 4
     else:
-        call = lambda: conv2d(x, w, stride, padding, strategy, device)  # noqa: E731
+        call = lambda: conv2d(x, w, stride=stride, padding=padding,  # noqa: E731
+                              strategy=strategy, device=device)
         out_bytes = np.prod(cfg.y_shape) * 4
     call()  # warm-up: JIT compilation and library initialisation are not the strategy's memory
     result = memory.peak_memory(call, device=device)

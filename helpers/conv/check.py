@@ -1,26 +1,30 @@
 """The one float64 reference every convolution in the workbook is checked against, and the
 check of every strategy: ``python -m helpers.conv --check``.
 
-Shapes NCHW (cuDNN symbols): x (N, C, H, W), w (K, C, R, S), y and dy (N, K, P, Q). The
-reference is ``torch.nn.functional.conv2d`` (cross-correlation, zero padding) computed in
-float64, with its autograd for the backward pass.
+Shapes NCHW (cuDNN symbols): x (N, C, H, W), w (K, C/groups, R, S), y and dy (N, K, P, Q).
+The reference is ``torch.nn.functional.conv2d`` (cross-correlation, zero padding, bias,
+dilation, groups) computed in float64, with its autograd for the backward pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import warnings
 
 import numpy as np
 import torch
 
 from helpers.conv import (
     STRATEGIES,
+    ConvConfig,
     _check_array,
+    _check_bias,
     config_for,
     conv2d,
     conv2d_backward,
     memory_refusal,
+    resolve_padding,
 )
 from helpers.device import backend
 
@@ -40,23 +44,30 @@ CHECK_MAX_BYTES = 64 * 2**20
 _NO_DY = object()
 
 
-def _validated(x, w, stride, padding, dy=_NO_DY):
-    """The stride and padding as pairs, after checking x, w (and dy) as :func:`conv2d` does."""
+def _validated(x, w, stride, padding, dilation=1, groups=1, dy=_NO_DY, bias=None) -> dict:
+    """torch's keyword arguments, after checking x, w (and dy, bias) as :func:`conv2d` does;
+    ``'same'`` and ``'valid'`` are passed on to torch as they are."""
     _check_array("x", x)
     _check_array("w", w)
-    cfg = config_for(x.shape, w.shape, stride, padding)
+    pads, extra = resolve_padding(padding, tuple(w.shape), stride, dilation)
+    x_shape = tuple(x.shape)
+    if len(x_shape) == 4:
+        x_shape = x_shape[:2] + (x_shape[2] + extra[0], x_shape[3] + extra[1])
+    cfg = ConvConfig.from_shapes(x_shape, w.shape, stride, pads, dilation, groups)
     reason = memory_refusal("reference", cfg, "cpu", backward=dy is not _NO_DY)
     if reason:
         raise ValueError(f"x, w and padding {cfg.pad_h, cfg.pad_w} give a layer too large: "
                          f"{reason}")
+    _check_bias(bias, cfg.k)
     if dy is not _NO_DY:
         _check_array("dy", dy)
         if tuple(dy.shape) != cfg.y_shape:
             raise ValueError(f"dy must have the output's shape {cfg.y_shape} (from x, w, stride "
-                             f"{cfg.stride_h, cfg.stride_w} and padding {cfg.pad_h, cfg.pad_w}), "
-                             f"got "
-                             f"{tuple(dy.shape)}")
-    return (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
+                             f"{cfg.stride_h, cfg.stride_w}, padding {padding!r} and dilation "
+                             f"{cfg.dil_h, cfg.dil_w}), got {tuple(dy.shape)}")
+    return {"stride": (cfg.stride_h, cfg.stride_w),
+            "padding": padding if isinstance(padding, str) else (cfg.pad_h, cfg.pad_w),
+            "dilation": (cfg.dil_h, cfg.dil_w), "groups": cfg.groups}
 
 
 def _f64(a, grad: bool = False) -> torch.Tensor:
@@ -65,34 +76,44 @@ def _f64(a, grad: bool = False) -> torch.Tensor:
     return t.requires_grad_(grad)
 
 
-def reference(x, w, stride=1, padding=0) -> np.ndarray:
-    """y = conv2d(x, w) in float64 as a NumPy array (N, K, P, Q).
+def reference(x, w, stride=1, padding=0, *, bias=None, dilation=1, groups=1) -> np.ndarray:
+    """y = conv2d(x, w, bias, ...) in float64 as a NumPy array (N, K, P, Q).
 
     Args:
-        x: (N, C, H, W) and w: (K, C, R, S), NumPy arrays or torch tensors of any float dtype.
-        stride, padding: an int or an (h, w) pair.
+        x: (N, C, H, W) and w: (K, C/groups, R, S), NumPy arrays or torch tensors of any
+            float dtype; bias: None or (K,).
+        stride, padding, dilation, groups: as :func:`helpers.conv.conv2d` (padding also
+            ``'same'`` or ``'valid'``).
 
     Raises:
         ValueError: as :func:`helpers.conv.conv2d` (shapes that do not fit, non-float data, a
-            bad stride or padding), naming the parameter.
+            bad stride, padding, dilation, groups or bias), naming the parameter.
     """
-    stride, padding = _validated(x, w, stride, padding)
-    with torch.no_grad():
-        y = torch.nn.functional.conv2d(_f64(x), _f64(w), stride=stride, padding=padding)
+    kw = _validated(x, w, stride, padding, dilation, groups, bias=bias)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*padding='same'")  # the zero-padded copy
+        y = torch.nn.functional.conv2d(_f64(x), _f64(w), None if bias is None else _f64(bias),
+                                       **kw)
     return y.numpy()
 
 
-def reference_backward(x, w, dy, stride=1, padding=0) -> tuple[np.ndarray, np.ndarray]:
-    """(dx, dw) of sum(conv2d(x, w) * dy) in float64: shapes of x (N, C, H, W) and w (K, C, R, S).
+def reference_backward(x, w, dy, stride=1, padding=0, *, bias=None, dilation=1, groups=1):
+    """(dx, dw) of sum(conv2d(x, w, bias, ...) * dy) in float64, shapes of x (N, C, H, W) and
+    w (K, C/groups, R, S); (dx, dw, db) when ``bias`` is given (db: (K,)).
 
     Raises:
         ValueError: as :func:`reference`, and dy's shape differing from (N, K, P, Q).
     """
-    stride, padding = _validated(x, w, stride, padding, dy)
+    kw = _validated(x, w, stride, padding, dilation, groups, dy, bias)
     xt, wt = _f64(x, grad=True), _f64(w, grad=True)
-    y = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding)
+    bt = None if bias is None else _f64(bias, grad=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*padding='same'")
+        y = torch.nn.functional.conv2d(xt, wt, bt, **kw)
     y.backward(_f64(dy))
-    return xt.grad.numpy(), wt.grad.numpy()
+    if bt is None:
+        return xt.grad.numpy(), wt.grad.numpy()
+    return xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
 
 
 def rel_error(got, ref) -> float:
@@ -119,15 +140,19 @@ def rel_error(got, ref) -> float:
 
 #: The second layer of ``--check``: stride 1, for the strategies the first does not fit.
 STRIDE_ONE = dict(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=1, padding=1)
+#: The third: today's layers, a dilated depthwise convolution (groups = C).
+DEPTHWISE = dict(x_shape=(2, 4, 9, 8), w_shape=(4, 1, 3, 3), stride=1, padding=2, dilation=2,
+                 groups=4)
 
 
 def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
-          seed: int = 0, strategies=None) -> list[dict]:
+          seed: int = 0, strategies=None, dilation=1, groups=1) -> list[dict]:
     """Run every strategy (or those named in ``strategies``) on each device, forward and
     backward, against :func:`reference`.
 
     Raises:
-        ValueError: as :func:`helpers.conv.config_for`; seed not an integer >= 0; x and y
+        ValueError: as :func:`helpers.conv.config_for` (``dilation`` and ``groups`` as
+            :func:`helpers.conv.conv2d`); seed not an integer >= 0; x and y
             over :data:`CHECK_MAX_BYTES`; an unknown name in ``strategies``.
 
     Returns:
@@ -141,7 +166,8 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
         if isinstance(strategies, str) or unknown:
             raise ValueError(f"strategies must be a list of names from {sorted(STRATEGIES)}, "
                              f"got {strategies!r}")
-    cfg = config_for(x_shape, w_shape, stride, padding)
+    cfg = config_for(x_shape, w_shape, stride, padding, dilation, groups)
+    kw = cfg.kwargs
     if 4 * (math.prod(cfg.x_shape) + math.prod(cfg.y_shape)) > CHECK_MAX_BYTES:
         raise ValueError(f"x_shape {cfg.x_shape}, w_shape {cfg.w_shape} and padding "
                          f"{cfg.pad_h, cfg.pad_w} are too large for the check (over "
@@ -150,8 +176,8 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
     x = rng.standard_normal(cfg.x_shape).astype(np.float32)
     w = rng.standard_normal(cfg.w_shape).astype(np.float32)
     dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
-    y_ref = reference(x, w, stride, padding)
-    dx_ref, dw_ref = reference_backward(x, w, dy, stride, padding)
+    y_ref = reference(x, w, **kw)
+    dx_ref, dw_ref = reference_backward(x, w, dy, **kw)
     rows = []
     for name, strat in STRATEGIES.items():
         if strategies is not None and name not in strategies:
@@ -164,8 +190,8 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
                 rows.append(dict(row, forward=None, backward=None, ok=None, note=reason))
                 continue
             try:
-                y = conv2d(x, w, stride, padding, strategy=name, device=device)
-                dx, dw = conv2d_backward(x, w, dy, stride, padding, strategy=name, device=device)
+                y = conv2d(x, w, **kw, strategy=name, device=device)
+                dx, dw = conv2d_backward(x, w, dy, **kw, strategy=name, device=device)
             except Exception as exc:  # noqa: BLE001 - reported in the table
                 rows.append(dict(row, forward=None, backward=None, ok=False,
                                  note=f"{type(exc).__name__}: {exc}"))
@@ -205,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
         more = check(**STRIDE_ONE, strategies=again)
         _print(more)
         rows += more
+    third = config_for(*(DEPTHWISE[k] for k in ("x_shape", "w_shape", "stride", "padding",
+                                                 "dilation", "groups")))
+    print(f"layer: x {third.x_shape}, w {third.w_shape}, padding 2, dilation 2, groups 4 "
+          f"(depthwise, dilated)")
+    more = check(**DEPTHWISE)
+    _print(more)
+    rows += more
     return 1 if any(r["ok"] is False for r in rows) else 0
 
 

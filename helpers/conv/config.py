@@ -1,9 +1,10 @@
 """The shape of one convolution, validated: the arithmetic every strategy shares.
 
-Symbols as in the cuDNN paper: input ``x: (N, C, H, W)``, filters ``w: (K, C, R, S)``, output
-``y: (N, K, P, Q)`` with ``P = (H + 2*pad_h - R) // stride_h + 1`` and
-``Q = (W + 2*pad_w - S) // stride_w + 1``. Cross-correlation, as torch computes it:
-``y[n, k, p, q] = sum_{c, r, s} x_padded[n, c, p*stride_h + r, q*stride_w + s] * w[k, c, r, s]``.
+Symbols as in the cuDNN paper: input ``x: (N, C, H, W)``, filters ``w: (K, C/G, R, S)`` for
+``G`` groups, output ``y: (N, K, P, Q)`` with ``P = (H + 2*pad_h - dil_h*(R - 1) - 1) // stride_h
++ 1`` (likewise Q). Cross-correlation, as torch computes it: for filter k of group
+``g = k // (K/G)``, ``y[n, k, p, q] = sum_{c, r, s} x_padded[n, g*C/G + c, p*stride_h + r*dil_h,
+q*stride_w + s*dil_w] * w[k, c, r, s]``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import operator
 import numpy as np
 import torch
 
-__all__ = ["ConvConfig", "pair", "MAX_STRIDE_OR_PADDING"]
+__all__ = ["ConvConfig", "pair", "same_padding", "MAX_STRIDE_OR_PADDING"]
 
 
 #: The largest stride or padding accepted: 2**31 - 1, the range of the 32-bit index
@@ -73,9 +74,25 @@ def _shape(shape, name: str, symbols: str) -> tuple[int, int, int, int]:
     return tuple(_integer(v, f"{name}'s shape", "integers") for v in shape)
 
 
+def same_padding(r: int, s: int, dilation, stride) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``padding='same'`` as torch applies it: the symmetric padding (h, w) and the extra row
+    and column (0 or 1) added at the bottom and right when the total, ``dil*(R - 1)``, is odd.
+
+    Raises:
+        ValueError: a stride other than 1 ('same' keeps the size only at stride 1, and torch
+            refuses it too), naming the parameter.
+    """
+    if pair(stride, "stride", 1) != (1, 1):
+        raise ValueError(f"padding='same' needs stride 1 (as in torch), got stride {stride!r}")
+    dh, dw = pair(dilation, "dilation", 1)
+    th, tw = dh * (r - 1), dw * (s - 1)
+    return (th // 2, tw // 2), (th % 2, tw % 2)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvConfig:
-    """One convolution's sizes (all ints): N, C, H, W, K, R, S, strides and paddings.
+    """One convolution's sizes (all ints): N, C, H, W, K, R, S, strides, paddings, dilations
+    and groups (C and K are the totals; each filter sees C/groups channels).
 
     The workbook's only layer-shape type. Build it with :meth:`from_shapes` (cuDNN symbols) or
     :meth:`from_study` (the study's (b, i, f, k, s)), which validate; ``P`` and ``Q`` are
@@ -93,17 +110,47 @@ class ConvConfig:
     stride_w: int = 1
     pad_h: int = 0
     pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    groups: int = 1
     name: str = dataclasses.field(default="", compare=False)
 
     @property
+    def r_extent(self) -> int:
+        """Rows of input one window spans: dil_h*(R - 1) + 1 (R without dilation)."""
+        return self.dil_h * (self.r - 1) + 1
+
+    @property
+    def s_extent(self) -> int:
+        """Columns of input one window spans: dil_w*(S - 1) + 1."""
+        return self.dil_w * (self.s - 1) + 1
+
+    @property
     def p(self) -> int:
-        """Output height: (H + 2*pad_h - R) // stride_h + 1."""
-        return (self.h + 2 * self.pad_h - self.r) // self.stride_h + 1
+        """Output height: (H + 2*pad_h - dil_h*(R - 1) - 1) // stride_h + 1."""
+        return (self.h + 2 * self.pad_h - self.r_extent) // self.stride_h + 1
 
     @property
     def q(self) -> int:
-        """Output width: (W + 2*pad_w - S) // stride_w + 1."""
-        return (self.w + 2 * self.pad_w - self.s) // self.stride_w + 1
+        """Output width: (W + 2*pad_w - dil_w*(S - 1) - 1) // stride_w + 1."""
+        return (self.w + 2 * self.pad_w - self.s_extent) // self.stride_w + 1
+
+    @property
+    def kwargs(self) -> dict:
+        """stride, padding, dilation and groups as keyword arguments of
+        :func:`helpers.conv.conv2d` (and of ``torch.nn.functional.conv2d``)."""
+        return {"stride": (self.stride_h, self.stride_w), "padding": (self.pad_h, self.pad_w),
+                "dilation": (self.dil_h, self.dil_w), "groups": self.groups}
+
+    @property
+    def dense(self) -> bool:
+        """True for one group and no dilation: the study's layers."""
+        return self.groups == 1 and self.dil_h == 1 and self.dil_w == 1
+
+    def group(self) -> "ConvConfig":
+        """The convolution of one group: C/groups channels, K/groups filters, groups = 1."""
+        return dataclasses.replace(self, c=self.c // self.groups, k=self.k // self.groups,
+                                   groups=1)
 
     @property
     def x_shape(self) -> tuple[int, int, int, int]:
@@ -111,7 +158,7 @@ class ConvConfig:
 
     @property
     def w_shape(self) -> tuple[int, int, int, int]:
-        return (self.k, self.c, self.r, self.s)
+        return (self.k, self.c // self.groups, self.r, self.s)
 
     @property
     def y_shape(self) -> tuple[int, int, int, int]:
@@ -119,8 +166,8 @@ class ConvConfig:
 
     @property
     def flops(self) -> int:
-        """Forward FLOPs, multiply-adds x 2: 2 * N * K * P * Q * C * R * S."""
-        return 2 * self.n * self.k * self.p * self.q * self.c * self.r * self.s
+        """Forward FLOPs, multiply-adds x 2: 2 * N * K * P * Q * (C/groups) * R * S."""
+        return 2 * self.n * self.k * self.p * self.q * (self.c // self.groups) * self.r * self.s
 
     @property
     def study(self) -> tuple[int, int, int, int, int]:
@@ -164,34 +211,54 @@ class ConvConfig:
         return dataclasses.replace(cfg, name=name) if name else cfg
 
     @classmethod
-    def from_shapes(cls, x_shape, w_shape, stride=1, padding=0) -> "ConvConfig":
+    def from_shapes(cls, x_shape, w_shape, stride=1, padding=0, dilation=1,
+                    groups=1) -> "ConvConfig":
         """Validate shapes and hyper-parameters and return the config.
 
         Args:
-            x_shape, w_shape: tuples (or lists, torch.Size) of 4 integers, NCHW and KCRS.
-            stride, padding: as :func:`pair` (stride >= 1, padding >= 0).
+            x_shape, w_shape: tuples (or lists, torch.Size) of 4 integers, NCHW and
+                (K, C/groups, R, S).
+            stride, padding, dilation: as :func:`pair` (stride >= 1, padding >= 0, dilation
+                >= 1). ``padding='same'`` or ``'valid'`` are resolved by the caller
+                (:func:`same_padding`); here padding is symmetric.
+            groups: an integer >= 1 dividing both C and K.
 
         Raises:
             ValueError: x or w not 4-D or not integers; an empty dimension (batch, channels,
-                filters, sizes); channel mismatch; stride < 1; padding < 0; stride or padding over
-                :data:`MAX_STRIDE_OR_PADDING`; kernel larger than the padded input.
+                filters, sizes); groups not dividing C or K; w's channels not C/groups;
+                stride < 1; padding < 0; dilation < 1; stride, padding or dilation over
+                :data:`MAX_STRIDE_OR_PADDING`; the (dilated) kernel larger than the padded
+                input.
         """
         x_shape = _shape(x_shape, "x", "(N, C, H, W)")
-        w_shape = _shape(w_shape, "w", "(K, C, R, S)")
+        w_shape = _shape(w_shape, "w", "(K, C/groups, R, S)")
         n, c, h, w = x_shape
         k, c2, r, s = w_shape
         for name, v in (("batch N", n), ("channels C", c), ("height H", h), ("width W", w),
                         ("filters K", k), ("kernel height R", r), ("kernel width S", s)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v} (x {x_shape}, w {w_shape})")
-        if c2 != c:
-            raise ValueError(f"channel mismatch: x has C={c} channels but w expects {c2} "
+        g = _integer(groups, "groups", "an integer >= 1")
+        if g < 1:
+            raise ValueError(f"groups must be an integer >= 1, got {groups!r}")
+        if c % g or k % g:
+            raise ValueError(f"groups = {g} must divide the channels C = {c} and the filters "
+                             f"K = {k} (x {x_shape}, w {w_shape})")
+        if c2 * g != c:
+            raise ValueError(f"channel mismatch: x has C={c} channels and groups={g}, so w "
+                             f"must have C/groups = {c // g} channels per filter, got {c2} "
+                             f"(x {x_shape}, w {w_shape})" if g > 1 else
+                             f"channel mismatch: x has C={c} channels but w expects {c2} "
                              f"(x {x_shape}, w {w_shape})")
         sh, sw = pair(stride, "stride", 1)
         ph, pw = pair(padding, "padding", 0)
-        if r > h + 2 * ph or s > w + 2 * pw:
+        dh, dw = pair(dilation, "dilation", 1)
+        re, se = dh * (r - 1) + 1, dw * (s - 1) + 1
+        if re > h + 2 * ph or se > w + 2 * pw:
+            what = f"kernel {r}x{s}" + (f" dilated by {dh, dw} (spanning {re}x{se})"
+                                        if (dh, dw) != (1, 1) else "")
             raise ValueError(
-                f"kernel {r}x{s} is larger than the padded input {h + 2 * ph}x{w + 2 * pw} "
+                f"{what} is larger than the padded input {h + 2 * ph}x{w + 2 * pw} "
                 f"(x {x_shape}, w {w_shape}, padding {ph, pw}); it must be at most the padded "
                 f"input size")
-        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw)
+        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, g)

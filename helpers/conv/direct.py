@@ -44,7 +44,7 @@ THREADS = 128     #: threads per block of the one-thread-per-element kernels
 
 
 @njit(parallel=True, cache=True)
-def _forward_cpu(x, w, y, sh, sw, ph, pw):
+def _forward_cpu(x, w, y, sh, sw, ph, pw, dil_h, dil_w):
     n_, c_, h_, w_ = x.shape
     k_, _, r_, s_ = w.shape
     p_, q_ = y.shape[2], y.shape[3]
@@ -55,18 +55,18 @@ def _forward_cpu(x, w, y, sh, sw, ph, pw):
                 acc = np.float32(0.0)
                 for c in range(c_):
                     for r in range(r_):
-                        hi = p * sh + r - ph
+                        hi = p * sh + r * dil_h - ph
                         if hi < 0 or hi >= h_:
                             continue
                         for s in range(s_):
-                            wi = q * sw + s - pw
+                            wi = q * sw + s * dil_w - pw
                             if 0 <= wi < w_:
                                 acc += x[n, c, hi, wi] * w[k, c, r, s]
                 y[n, k, p, q] = acc
 
 
 @njit(parallel=True, cache=True)
-def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw):
+def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw, dil_h, dil_w):
     n_, c_, h_, w_ = dx.shape
     k_, _, r_, s_ = w.shape
     p_, q_ = dy.shape[2], dy.shape[3]
@@ -76,12 +76,12 @@ def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw):
             for wi in range(w_):
                 acc = np.float32(0.0)
                 for r in range(r_):
-                    t = hi + ph - r  # = p * sh for the output row p that reads (hi, r)
+                    t = hi + ph - r * dil_h  # = p * sh for the output row p that reads (hi, r)
                     if t < 0 or t % sh != 0 or t // sh >= p_:
                         continue
                     p = t // sh
                     for s in range(s_):
-                        u = wi + pw - s
+                        u = wi + pw - s * dil_w
                         if u < 0 or u % sw != 0 or u // sw >= q_:
                             continue
                         q = u // sw
@@ -91,7 +91,7 @@ def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw):
 
 
 @njit(parallel=True, cache=True)
-def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw):
+def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw, dil_h, dil_w):
     n_, c_, h_, w_ = x.shape
     k_, _, r_, s_ = dw.shape
     p_, q_ = dy.shape[2], dy.shape[3]
@@ -102,11 +102,11 @@ def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw):
                 acc = np.float32(0.0)
                 for n in range(n_):
                     for p in range(p_):
-                        hi = p * sh + r - ph
+                        hi = p * sh + r * dil_h - ph
                         if hi < 0 or hi >= h_:
                             continue
                         for q in range(q_):
-                            wi = q * sw + s - pw
+                            wi = q * sw + s * dil_w - pw
                             if 0 <= wi < w_:
                                 acc += x[n, c, hi, wi] * dy[n, k, p, q]
                 dw[k, c, r, s] = acc
@@ -116,7 +116,8 @@ def forward_cpu(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tens
     """Direct convolution on the CPU (Numba, parallel over N*K). CPU float32 tensors in and out."""
     y = poisoned(cfg.y_shape, torch.device("cpu"))
     with phase("direct (y)"):
-        _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+        _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h,
+                     cfg.pad_w, cfg.dil_h, cfg.dil_w)
     return y
 
 
@@ -124,7 +125,7 @@ def backward_cpu(x, w, dy, cfg: ConvConfig):
     """(dx, dw) on the CPU with the gather loops described in the module docstring."""
     dx = poisoned(cfg.x_shape, torch.device("cpu"))
     dw = poisoned(cfg.w_shape, torch.device("cpu"))
-    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w)
+    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.dil_h, cfg.dil_w)
     with phase("direct (dx)"):
         _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
     with phase("direct (dw)"):
@@ -136,7 +137,7 @@ def backward_cpu(x, w, dy, cfg: ConvConfig):
 
 
 @cuda.jit
-def direct_naive_kernel(x, w, y, sh, sw, ph, pw):
+def direct_naive_kernel(x, w, y, sh, sw, ph, pw, dil_h, dil_w):
     """One thread per output element y[n, k, p, q] (a 1-D grid over N*K*P*Q)."""
     i = cuda.grid(1)
     n_, c_, h_, w_ = x.shape
@@ -151,17 +152,17 @@ def direct_naive_kernel(x, w, y, sh, sw, ph, pw):
     acc = float32(0.0)  # a float32 register: `acc = 0.0` would make every += a float64 add
     for c in range(c_):
         for r in range(r_):
-            hi = p * sh + r - ph
+            hi = p * sh + r * dil_h - ph
             if hi >= 0 and hi < h_:
                 for s in range(s_):
-                    wi = q * sw + s - pw
+                    wi = q * sw + s * dil_w - pw
                     if wi >= 0 and wi < w_:
                         acc += x[n, c, hi, wi] * w[k, c, r, s]
     y[n, k, p, q] = acc
 
 
 @cuda.jit
-def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw):
+def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw, dil_h, dil_w):
     """A TILE x TILE tile of the output plane y[n, k] per block; grid (tiles_p * tiles_q, K, N).
 
     x, w, y are the flat (1-D) views of x (N, C, H, W), w (K, C, R, S) and y (N, K, P, Q):
@@ -179,7 +180,8 @@ def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw)
     p0 = (cuda.blockIdx.x // tiles_q) * TILE         # the tile's first output row and column
     q0 = (cuda.blockIdx.x % tiles_q) * TILE
     h0, w0 = p0 * sh - ph, q0 * sw - pw              # its patch's first input row and column
-    rows, cols = (TILE - 1) * sh + r_, (TILE - 1) * sw + s_  # the patch, halo included
+    rows = (TILE - 1) * sh + (r_ - 1) * dil_h + 1    # the patch, halo included
+    cols = (TILE - 1) * sw + (s_ - 1) * dil_w + 1
     acc = float32(0.0)
     for c in range(c_):
         plane = (n * c_ + c) * h_                    # row 0 of x[n, c], in rows of W elements
@@ -201,7 +203,7 @@ def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw)
         while r < r_:
             s = 0
             while s < s_:
-                acc += x_tile[tp * sh + r, tq * sw + s] * w[f]
+                acc += x_tile[tp * sh + r * dil_h, tq * sw + s * dil_w] * w[f]
                 f += 1
                 s += 1
             r += 1
@@ -212,9 +214,9 @@ def direct_tiled_kernel(x, w, y, c_, h_, w_, k_, r_, s_, p_, q_, sh, sw, ph, pw)
 
 
 @cuda.jit
-def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw):
+def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw, dil_h, dil_w):
     """One thread per input element dx[n, c, h, w]: gathers dy[n, k, p, q] * w[k, c, r, s] over
-    every (k, r, s) with p*sh + r - ph == h and q*sw + s - pw == w."""
+    every (k, r, s) with p*sh + r*dil_h - ph == h and q*sw + s*dil_w - pw == w."""
     i = cuda.grid(1)
     n_, c_, h_, w_ = dx.shape
     k_, _, r_, s_ = w.shape
@@ -227,11 +229,11 @@ def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw):
     n = i // (w_ * h_ * c_)
     acc = float32(0.0)
     for r in range(r_):
-        t = hi + ph - r
+        t = hi + ph - r * dil_h
         if t >= 0 and t % sh == 0 and t // sh < p_:
             p = t // sh
             for s in range(s_):
-                u = wi + pw - s
+                u = wi + pw - s * dil_w
                 if u >= 0 and u % sw == 0 and u // sw < q_:
                     q = u // sw
                     for k in range(k_):
@@ -240,7 +242,7 @@ def direct_dx_kernel(w, dy, dx, sh, sw, ph, pw):
 
 
 @cuda.jit
-def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
+def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw, dil_h, dil_w):
     """One thread per filter element dw[k, c, r, s]: reduces x * dy over (n, p, q)."""
     i = cuda.grid(1)
     n_, c_, h_, w_ = x.shape
@@ -255,10 +257,10 @@ def direct_dw_kernel(x, dy, dw, sh, sw, ph, pw):
     acc = float32(0.0)
     for n in range(n_):
         for p in range(p_):
-            hi = p * sh + r - ph
+            hi = p * sh + r * dil_h - ph
             if hi >= 0 and hi < h_:
                 for q in range(q_):
-                    wi = q * sw + s - pw
+                    wi = q * sw + s * dil_w - pw
                     if wi >= 0 and wi < w_:
                         acc += x[n, c, hi, wi] * dy[n, k, p, q]
     dw[k, c, r, s] = acc
@@ -290,9 +292,11 @@ def tiled_supports(cfg: ConvConfig) -> str | None:
     """None if the tiled kernel's fixed shared array fits ``cfg`` and its grid (tiles, K, N)
     and the backward launches fit the CUDA grid limits (y and z at most 65,535), else the
     reason."""
-    if cfg.r > MAX_KERNEL or cfg.s > MAX_KERNEL:
-        return (f"direct-tiled sizes its shared input tile for filters up to "
-                f"{MAX_KERNEL}x{MAX_KERNEL}; this kernel is {cfg.r}x{cfg.s}")
+    if cfg.r_extent > MAX_KERNEL or cfg.s_extent > MAX_KERNEL:
+        spans = (f" dilated by {cfg.dil_h, cfg.dil_w}, spanning {cfg.r_extent}x{cfg.s_extent}"
+                 if (cfg.dil_h, cfg.dil_w) != (1, 1) else "")
+        return (f"direct-tiled sizes its shared input tile for filters spanning up to "
+                f"{MAX_KERNEL}x{MAX_KERNEL}; this kernel is {cfg.r}x{cfg.s}{spans}")
     if cfg.stride_h > MAX_STRIDE or cfg.stride_w > MAX_STRIDE:
         return (f"direct-tiled sizes its shared input tile for strides up to {MAX_STRIDE}; "
                 f"this stride is {cfg.stride_h, cfg.stride_w}")
@@ -301,8 +305,8 @@ def tiled_supports(cfg: ConvConfig) -> str | None:
 
 
 def _args(cfg):
-    return (np.int64(cfg.stride_h), np.int64(cfg.stride_w), np.int64(cfg.pad_h),
-            np.int64(cfg.pad_w))
+    return tuple(np.int64(v) for v in (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w,
+                                       cfg.dil_h, cfg.dil_w))
 
 
 def _refuse(reason: str | None) -> None:

@@ -13,11 +13,13 @@ __all__ = ["forward", "backward"]
 
 
 def _kw(cfg: ConvConfig) -> dict:
-    return {"stride": (cfg.stride_h, cfg.stride_w), "padding": (cfg.pad_h, cfg.pad_w)}
+    return {"stride": (cfg.stride_h, cfg.stride_w), "padding": (cfg.pad_h, cfg.pad_w),
+            "dilation": (cfg.dil_h, cfg.dil_w), "groups": cfg.groups}
 
 
 def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """``torch.nn.functional.conv2d(x, w)`` with cfg's stride and padding; float32 tensors."""
+    """``torch.nn.functional.conv2d(x, w)`` with cfg's stride, padding, dilation and groups;
+    float32 tensors."""
     with torch.no_grad(), phase("torch conv2d"):
         return torch.nn.functional.conv2d(x, w, **_kw(cfg))
 

@@ -43,9 +43,9 @@ __all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "
 
 
 @cuda.jit
-def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
+def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_, dil_h, dil_w):
     """One thread per element of cols (C*R*S rows, N*P*Q columns): row (c, r, s), column
-    (n, p, q) holds x[n, c, p*sh + r - ph, q*sw + s - pw], or 0 in the padding."""
+    (n, p, q) holds x[n, c, p*sh + r*dil_h - ph, q*sw + s*dil_w - pw], or 0 in the padding."""
     i = cuda.grid(1)
     n_, c_, h_, w_ = x.shape
     ncols = n_ * p_ * q_
@@ -58,7 +58,7 @@ def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
     q = col % q_
     p = (col // q_) % p_
     n = col // (q_ * p_)
-    hi, wi = p * sh + r - ph, q * sw + s - pw
+    hi, wi = p * sh + r * dil_h - ph, q * sw + s * dil_w - pw
     if hi >= 0 and hi < h_ and wi >= 0 and wi < w_:
         cols[row, col] = x[n, c, hi, wi]
     else:
@@ -66,7 +66,7 @@ def im2col_kernel(x, cols, p_, q_, sh, sw, ph, pw, r_, s_):
 
 
 @cuda.jit
-def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
+def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_, dil_h, dil_w):
     """One thread per input element dx[n, c, h, w]: the sum of every dcols entry im2col copied
     from it (gather, so no two threads write the same element).
 
@@ -84,11 +84,11 @@ def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_):
     n = i // (w_ * h_ * c_)
     acc = float32(0.0)
     for r in range(r_):
-        t = hi + ph - r
+        t = hi + ph - r * dil_h
         if t >= 0 and t % sh == 0 and t // sh < p_:
             p = t // sh
             for s in range(s_):
-                u = wi + pw - s
+                u = wi + pw - s * dil_w
                 if u >= 0 and u % sw == 0 and u // sw < q_:
                     q = u // sw
                     acc += dcols[(c * r_ + r) * s_ + s, (n * p_ + p) * q_ + q]
@@ -142,7 +142,7 @@ def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     cols = poisoned((cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q), cuda_device())
     im2col_kernel[_launch(cols.numel(), "im2col_kernel")](
         kernel_array(x), kernel_array(cols), cfg.p, cfg.q, cfg.stride_h, cfg.stride_w,
-        cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
+        cfg.pad_h, cfg.pad_w, cfg.r, cfg.s, cfg.dil_h, cfg.dil_w)
     return cols
 
 
@@ -151,7 +151,7 @@ def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     dx = poisoned(cfg.x_shape, cuda_device())
     col2im_kernel[_launch(dx.numel(), "col2im_kernel")](
         kernel_array(dcols.contiguous()), kernel_array(dx), cfg.p, cfg.q, cfg.stride_h,
-        cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s)
+        cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s, cfg.dil_h, cfg.dil_w)
     return dx
 
 
@@ -165,9 +165,10 @@ def im2col_cpu(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     doing the GEMM, this CPU path runs within a small factor of torch's own CPU convolution
     (``python -m helpers.experiments.conv_bench`` measures it)."""
     xp = torch.nn.functional.pad(x, (cfg.pad_w, cfg.pad_w, cfg.pad_h, cfg.pad_h))
-    # windows: (N, C, P, Q, R, S), a view sharing xp's memory
-    windows = xp.unfold(2, cfg.r, cfg.stride_h).unfold(3, cfg.s, cfg.stride_w)
-    windows = windows[:, :, :cfg.p, :cfg.q]
+    # windows: (N, C, P, Q, R, S), a view sharing xp's memory; a dilated window is cut at its
+    # whole extent, then every dil-th tap is kept
+    windows = xp.unfold(2, cfg.r_extent, cfg.stride_h).unfold(3, cfg.s_extent, cfg.stride_w)
+    windows = windows[:, :, :cfg.p, :cfg.q, ::cfg.dil_h, ::cfg.dil_w]
     return windows.permute(1, 4, 5, 0, 2, 3).reshape(cfg.c * cfg.r * cfg.s, -1)  # copies
 
 
@@ -179,7 +180,9 @@ def col2im_cpu(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     rows_end, cols_end = cfg.stride_h * (cfg.p - 1) + 1, cfg.stride_w * (cfg.q - 1) + 1
     for r in range(cfg.r):
         for s in range(cfg.s):
-            dxp[:, :, r:r + rows_end:cfg.stride_h, s:s + cols_end:cfg.stride_w] += d[:, :, r, s]
+            h0, w0 = r * cfg.dil_h, s * cfg.dil_w     # the tap's first input row and column
+            dxp[:, :, h0:h0 + rows_end:cfg.stride_h, w0:w0 + cols_end:cfg.stride_w] += \
+                d[:, :, r, s]
     return dxp[:, :, cfg.pad_h:cfg.pad_h + cfg.h, cfg.pad_w:cfg.pad_w + cfg.w].contiguous()
 
 

@@ -39,8 +39,8 @@ def warm_up() -> None:
         for name, strat in STRATEGIES.items():
             try:
                 if strat.supports(tiny, device) is None:
-                    conv2d(x, w, 1, 0, name, device)
-                    conv2d_backward(x, w, dy, 1, 0, name, device)
+                    conv2d(x, w, strategy=name, device=device)
+                    conv2d_backward(x, w, dy, strategy=name, device=device)
             except Exception:  # noqa: BLE001
                 pass
         for experiment, op, n in (("elementwise", "relu", 64), ("gemm", "gemm", 8)):

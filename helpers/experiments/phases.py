@@ -102,9 +102,10 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
 
     def call():
         if backward:
-            conv2d_backward(x, w, dy, stride, padding, strategy, device)
+            conv2d_backward(x, w, dy, stride=stride, padding=padding, strategy=strategy,
+                            device=device)
         else:
-            conv2d(x, w, stride, padding, strategy, device)
+            conv2d(x, w, stride=stride, padding=padding, strategy=strategy, device=device)
 
     call()  # warm-up: compilation, library initialisation
     totals, steps, order = [], [], []

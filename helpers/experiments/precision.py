@@ -295,7 +295,7 @@ def _call(op: str, precision: str, inputs, cfg: ConvConfig | None, strategy: str
     stride, padding = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
     if strategy == "reference":
         return lambda: F.conv2d(a, b, stride=stride, padding=padding)
-    return lambda: conv2d(a, b, stride, padding, strategy=strategy, device=device)
+    return lambda: conv2d(a, b, stride=stride, padding=padding, strategy=strategy, device=device)
 
 
 def _reason(op, precision, device, strategy, cfg) -> str | None:

@@ -281,13 +281,12 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     if reason:
         row["status"] = reason
         return row
-    stride, padding = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
     x = w = dy = None
 
     def call():
-        conv2d(x, w, stride, padding, strategy, device)
+        conv2d(x, w, **cfg.kwargs, strategy=strategy, device=device)
         if backward:
-            conv2d_backward(x, w, dy, stride, padding, strategy, device)
+            conv2d_backward(x, w, dy, **cfg.kwargs, strategy=strategy, device=device)
 
     failure = None
     try:
