@@ -319,3 +319,16 @@ def test_quartile_bars_reach_the_quartiles_and_never_below_zero():
     up_ms, _ = style.quartile_bars([{"m": 0.002, "a": 0.001, "b": 0.003}], "m", "a", "b", "i",
                                    scale=1e3)
     assert up_ms == [pytest.approx(1.0)]
+
+
+def test_groups_and_dilation_set_the_layer_and_a_bad_groups_shows_why(fast_explorer):
+    ex = fast_explorer
+    ex.set(c=4, f=4, groups=4, dilation=2)          # a depthwise, dilated layer
+    assert _shows_charts(ex)
+    assert all(r["status"] == "ok" for r in ex.rows), ex.message_text
+    flops = {r["strategy"]: r["flops"] for r in ex.rows}
+    ex.set(groups=1)                                # the same layer, dense: 4 x the FLOPs
+    assert {r["strategy"]: r["flops"] for r in ex.rows} == {k: 4 * v for k, v in flops.items()}
+    ex.groups.value = 3                             # does not divide c = 4
+    assert _shows_message(ex)
+    assert "groups = 3 must divide the channels C = 4" in ex.message_text

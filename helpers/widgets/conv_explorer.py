@@ -49,7 +49,8 @@ class ConvExplorer(_Explorer):
 
     Symbols (the study's 5-tuple): b batch, i input height = width, f filters, k kernel height
     = width, s stride; c input channels, padding zero padding on each side. In the cuDNN
-    paper's terms x: (N, C, H, W) = (b, c, i, i), w: (K, C, R, S) = (f, c, k, k).
+    paper's terms x: (N, C, H, W) = (b, c, i, i), w: (K, C/groups, R, S) = (f, c/groups, k, k);
+    groups and dilation go beyond the study's layers (depthwise and dilated convolutions).
 
     Nothing is estimated: each ticked strategy is measured in turn (the library first) in a
     measuring process (:func:`helpers.widgets.live.measuring_worker`: started once, it runs
@@ -70,6 +71,9 @@ class ConvExplorer(_Explorer):
 
     Args:
         b, i, f, k, s, c, padding: the layer, integers within :data:`RANGES`.
+        groups: filters see c/groups channels each (groups = c: depthwise); it must divide c
+            and f, else the explorer shows why in place of the charts.
+        dilation: the filter's taps are this many pixels apart (1: none).
         strategies: names from :data:`helpers.conv.STRATEGIES` to tick (default: those with
             code for the device); the list passed in is not changed.
         backward: True for forward + backward, False for forward only.
@@ -93,7 +97,8 @@ class ConvExplorer(_Explorer):
     ICPP 2016, Figure 3 (runtime against each of b, i, f, k, s) and Figure 5 (memory).
 
     Attributes:
-        b, i, f, k, s, c, padding: integer sliders (also in ``sliders``, keyed by symbol).
+        b, i, f, k, s, c, padding, groups, dilation: integer sliders (also in ``sliders``,
+            keyed by symbol).
         strategy_boxes: one checkbox per name of :data:`helpers.conv.STRATEGIES`.
         backward: toggle, False for forward only, True for forward + backward.
         device: dropdown, ``"cpu"`` or ``"cuda"``.
@@ -109,18 +114,21 @@ class ConvExplorer(_Explorer):
     #: Slider ranges (min, max) by symbol: wide enough to reach invalid layers (k > i + 2p)
     #: and layers over the time budget.
     RANGES = {"b": (1, 128), "i": (1, 256), "f": (1, 256), "k": (1, 15), "s": (1, 8),
-              "c": (1, 64), "padding": (0, 7)}
+              "c": (1, 64), "padding": (0, 7), "groups": (1, 64), "dilation": (1, 4)}
     LABELS = {"b": "batch b", "i": "input size i", "f": "filters f", "k": "kernel size k",
-              "s": "stride s", "c": "input channels c", "padding": "padding"}
+              "s": "stride s", "c": "input channels c", "padding": "padding",
+              "groups": "groups", "dilation": "dilation"}
 
     def __init__(self, b: int = 2, i: int = 32, f: int = 16, k: int = 5, s: int = 1, c: int = 3,
-                 padding: int = 0, strategies: list[str] | None = None, backward: bool = True,
+                 padding: int = 0, groups: int = 1, dilation: int = 1,
+                 strategies: list[str] | None = None, backward: bool = True,
                  device: str | None = None, min_run_time: float = 0.02, budget_s: float = 2.0,
                  measure_memory: bool = True, use_figurewidget: bool | None = None,
                  measure: bool = True, update_budget_s: float = 10.0,
                  background: bool | None = None, worker: Worker | None = None):
         values = {}
-        for symbol, value in dict(b=b, i=i, f=f, k=k, s=s, c=c, padding=padding).items():
+        for symbol, value in dict(b=b, i=i, f=f, k=k, s=s, c=c, padding=padding, groups=groups,
+                                  dilation=dilation).items():
             lo, hi = self.RANGES[symbol]
             values[symbol] = arguments.whole(symbol, value, lo, hi, self.LABELS[symbol])
         gpu = backend.MODE == "gpu"
@@ -160,6 +168,7 @@ class ConvExplorer(_Explorer):
         sl = self.sliders
         self.b, self.i, self.f, self.k, self.s = sl["b"], sl["i"], sl["f"], sl["k"], sl["s"]
         self.c, self.padding = sl["c"], sl["padding"]
+        self.groups, self.dilation = sl["groups"], sl["dilation"]
         self.strategy_boxes = {
             name: W.Checkbox(value=name in strategies, description=name, indent=False,
                              tooltip=st.description, layout=W.Layout(width="130px"))
@@ -184,8 +193,8 @@ class ConvExplorer(_Explorer):
             + (f" and {timing.device_label('cuda')}" if gpu else "") + "." + note, "info"))
         self.widget = W.VBox([
             self.header,
-            W.HBox([W.VBox([sl["b"], sl["i"], sl["f"], sl["c"]]),
-                    W.VBox([sl["k"], sl["s"], sl["padding"]])]),
+            W.HBox([W.VBox([sl["b"], sl["i"], sl["f"], sl["c"], sl["groups"]]),
+                    W.VBox([sl["k"], sl["s"], sl["padding"], sl["dilation"]])]),
             W.HBox(list(self.strategy_boxes.values())),
             W.HBox([self.backward, self.device]),
             self.status,
@@ -204,7 +213,8 @@ class ConvExplorer(_Explorer):
         return [name for name, box in self.strategy_boxes.items() if box.value]
 
     def set(self, **values: int) -> None:
-        """Set several sliders at once (by symbol: ``b, i, f, k, s, c, padding``), measure
+        """Set several sliders at once (by symbol: ``b, i, f, k, s, c, padding, groups,
+        dilation``), measure
         once and wait for it. Raises ValueError for an unknown symbol or a value outside
         :data:`RANGES`, TypeError for a value that is not an integer (nothing is changed
         then)."""
@@ -231,8 +241,10 @@ class ConvExplorer(_Explorer):
         self._started = time.monotonic()
         v = {symbol: slider.value for symbol, slider in self.sliders.items()}
         try:
-            cfg = config_for((v["b"], v["c"], v["i"], v["i"]), (v["f"], v["c"], v["k"], v["k"]),
-                             v["s"], v["padding"])
+            g = v["groups"]
+            cfg = config_for((v["b"], v["c"], v["i"], v["i"]),
+                             (v["f"], v["c"] // g if v["c"] % g == 0 else v["c"], v["k"], v["k"]),
+                             v["s"], v["padding"], v["dilation"], g)
             names = self.strategies
             if not names:
                 raise ValueError("tick at least one strategy to measure")
@@ -241,7 +253,9 @@ class ConvExplorer(_Explorer):
             self.seconds = time.monotonic() - self._started
             return
         layer = (f"(b, i, f, k, s) = ({v['b']}, {v['i']}, {v['f']}, {v['k']}, {v['s']}), "
-                 f"c = {v['c']}, padding {v['padding']}")
+                 f"c = {v['c']}, padding {v['padding']}"
+                 + (f", groups {g}" if g > 1 else "")
+                 + (f", dilation {v['dilation']}" if v["dilation"] > 1 else ""))
         plan = _Plan(cfg, names, self.device.value, self.backward.value, layer,
                      passes=1 if self._drawn else 2)
         self.status.value = style.message_html("measuring...", "info")
