@@ -18,7 +18,7 @@ import importlib
 import sys
 
 from helpers import compiled
-from helpers.conv import direct, gemm, unroll, winograd
+from helpers.conv import depthwise, direct, gemm, unroll, winograd
 
 __all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "spec", "compiled_table", "format_table",
            "main"]
@@ -60,6 +60,14 @@ KERNELS: list[KernelSpec] = [
                (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 6),
+    KernelSpec("depthwise_naive_kernel", "helpers.conv.depthwise", "direct-naive",
+               depthwise.THREADS, (_F4, _F4, _F4) + (_I,) * 6),
+    KernelSpec("depthwise_tiled_kernel", "helpers.conv.depthwise", "direct-tiled",
+               depthwise.TILE ** 2, (_F1, _F1, _F1) + (_I,) * 14),
+    KernelSpec("depthwise_dx_kernel", "helpers.conv.depthwise", "direct-naive",
+               depthwise.THREADS, (_F4, _F4, _F4) + (_I,) * 6),
+    KernelSpec("depthwise_dw_kernel", "helpers.conv.depthwise", "direct-naive",
+               depthwise.THREADS, (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("im2col_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
                (_F4, _F2) + (_I,) * 10),
     KernelSpec("col2im_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,

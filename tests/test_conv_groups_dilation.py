@@ -164,3 +164,28 @@ def test_random_layers_with_groups_and_dilation_match_torch():
             assert rel_error(y, y_ref) < 1e-4, (case, strategy, device)
             for got, ref in zip(grads, grads_ref):
                 assert rel_error(got, ref) < 1e-4, (case, strategy, device)
+
+
+@pytest.mark.parametrize("strategy, runs", [("direct-naive", "forward_naive"),
+                                            ("direct-tiled", "forward_tiled")])
+def test_a_depthwise_layer_runs_whole_on_the_depthwise_kernels(strategy, runs, monkeypatch):
+    """groups = C on the CUDA path: one launch of the depthwise kernel for all channels (with a
+    channel multiplier of 2 here), not one dense launch per channel."""
+    from helpers.conv import depthwise
+
+    calls = []
+    original = getattr(depthwise, runs)
+    monkeypatch.setattr(depthwise, runs, lambda *a: calls.append(a[2]) or original(*a))
+    x, w, bias, kw = _case("multiplier 2", (2, 3, 10, 9), (6, 1, 3, 3), 1, 1, (1, 2), 3, True)
+    y = conv2d(x, w, bias, strategy=strategy, device="cuda", **kw)
+    assert len(calls) == 1 and calls[0].groups == 3 and calls[0].k == 6
+    assert rel_error(y, reference(x, w, bias=bias, **kw)) < 1e-5
+
+
+def test_the_depthwise_tiled_kernel_refuses_a_window_wider_than_its_tile():
+    x = np.ones((1, 2, 24, 24), np.float32)
+    w = np.ones((2, 1, 5, 5), np.float32)
+    with pytest.raises(ValueError, match=r"windows spanning up to 9x9; this one spans 13x13"):
+        conv2d(x, w, dilation=3, groups=2, strategy="direct-tiled", device="cuda")
+    y = conv2d(x, w, dilation=3, groups=2, strategy="direct-naive", device="cuda")
+    assert rel_error(y, reference(x, w, dilation=3, groups=2)) < 1e-5

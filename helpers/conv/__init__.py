@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from helpers.conv import direct, fft, reference, unroll, winograd
+from helpers.conv import depthwise, direct, fft, reference, unroll, winograd
 from helpers.conv.config import ConvConfig, same_padding
 from helpers.device import backend, memory
 from helpers.device.arrays import cuda_device, to_torch
@@ -53,6 +53,8 @@ class Strategy:
         dilation: ``"native"`` (its code takes dilation), ``"zeros"`` (it convolves with the
             filter dilated by inserted zeros: free where the cost does not depend on the
             kernel size) or the reason it refuses dilation.
+        depthwise_kernels: on the CUDA path a depthwise layer (groups = C) runs whole, on the
+            kernels of :mod:`helpers.conv.depthwise`, instead of once per channel.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Strategy:
     stride_note: str = "any stride, natively"
     native_groups: bool = False
     dilation: str = "native"
+    depthwise_kernels: bool = False
 
     def supports(self, cfg: ConvConfig, device: str = "cpu") -> str | None:
         """None if this strategy computes ``cfg`` on ``device``, else the reason it cannot."""
@@ -80,12 +83,14 @@ class Strategy:
             return "no CUDA device: NUMBA_ENABLE_CUDASIM=0 was set on a machine without a GPU"
         if (cfg.dil_h, cfg.dil_w) != (1, 1) and self.dilation not in ("native", "zeros"):
             return f"dilation {cfg.dil_h, cfg.dil_w}: {self.dilation}"
-        return self._supports(self._core(cfg), device)
+        return self._supports(self._core(cfg, device), device)
 
-    def _core(self, cfg: ConvConfig) -> ConvConfig:
-        """The config its own code sees: one group (unless native), the dilated extent for
-        ``dilation="zeros"``."""
-        if cfg.groups > 1 and not self.native_groups:
+    def _core(self, cfg: ConvConfig, device: str = "cpu") -> ConvConfig:
+        """The config its own code sees: one group (unless native, or depthwise kernels on
+        the CUDA path), the dilated extent for ``dilation="zeros"``."""
+        whole = self.native_groups or (self.depthwise_kernels and device == "cuda"
+                                       and depthwise.is_depthwise(cfg))
+        if cfg.groups > 1 and not whole:
             cfg = cfg.group()
         if self.dilation == "zeros" and (cfg.dil_h, cfg.dil_w) != (1, 1):
             cfg = dataclasses.replace(cfg, r=cfg.r_extent, s=cfg.s_extent, dil_h=1, dil_w=1)
@@ -106,7 +111,7 @@ class Strategy:
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str):
         """y (N, K, P, Q) for x (N, C, H, W) and w (K, C/groups, R, S); float32 tensors."""
-        core = self._core(cfg)
+        core = self._core(cfg, device)
         if core.r != cfg.r or core.s != cfg.s:
             w = _dilate(w, cfg)
         if core.groups == cfg.groups:
@@ -118,7 +123,7 @@ class Strategy:
 
     def backward(self, x, w, dy, cfg: ConvConfig, device: str):
         """(dx, dw) for dy (N, K, P, Q), as :meth:`forward`."""
-        core = self._core(cfg)
+        core = self._core(cfg, device)
         dilated = core.r != cfg.r or core.s != cfg.s
         if dilated:
             w = _dilate(w, cfg)
@@ -172,19 +177,22 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(
             "direct-naive", "direct",
             "Direct convolution, one CUDA thread per output element reading its whole window "
-            "from global memory; on the CPU, Numba loops parallel over images x filters.",
+            "from global memory (a depthwise layer: the depthwise kernel, one channel per "
+            "filter); on the CPU, Numba loops parallel over images x filters.",
             ("cpu", "cuda"), _direct_forward(False), _direct_backward,
             lambda cfg: cfg.flops, lambda cfg, b: 0,
             _supports=lambda cfg, device: direct.naive_supports(cfg) if device == "cuda" else None,
-            uses_numba_kernels=True),
+            uses_numba_kernels=True, depthwise_kernels=True),
         Strategy(
             "direct-tiled", "direct",
             "Direct convolution with a shared-memory input tile (plus halo) and filter per "
-            "block, a barrier between loading and computing; backward shares direct-naive's "
-            "gather kernels.",
+            "block, a barrier between loading and computing (a depthwise layer: one 16 x 16 "
+            "output tile of one channel per block); backward shares direct-naive's gather "
+            "kernels.",
             ("cuda",), _direct_forward(True), _direct_backward,
             lambda cfg: cfg.flops, lambda cfg, b: 0,
-            _supports=lambda cfg, device: direct.tiled_supports(cfg), uses_numba_kernels=True),
+            _supports=lambda cfg, device: direct.tiled_supports(cfg), uses_numba_kernels=True,
+            depthwise_kernels=True),
         Strategy(
             "im2col-gemm", "unrolling",
             "im2col (our CUDA kernel; a strided view on the CPU) then one GEMM by cuBLAS/BLAS "

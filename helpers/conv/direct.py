@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from numba import cuda, float32, njit, prange
 
+from helpers.conv import depthwise
 from helpers.conv.config import ConvConfig
 from helpers.conv.phases import phase
 from helpers.device.arrays import cuda_device, grid_for, grid_refusal, kernel_array, poisoned
@@ -280,7 +281,10 @@ def _naive_grids(cfg: ConvConfig) -> dict[str, int]:
 
 def naive_supports(cfg: ConvConfig) -> str | None:
     """None if every 1-D launch of ``direct-naive`` (and of the backward kernels both direct
-    strategies share) fits the CUDA grid limits, else the reason."""
+    strategies share) fits the CUDA grid limits, else the reason; a depthwise layer is
+    answered by :func:`helpers.conv.depthwise.naive_supports`."""
+    if depthwise.is_depthwise(cfg):
+        return depthwise.naive_supports(cfg)
     for name, blocks in _naive_grids(cfg).items():
         reason = grid_refusal(blocks, name)
         if reason:
@@ -291,7 +295,9 @@ def naive_supports(cfg: ConvConfig) -> str | None:
 def tiled_supports(cfg: ConvConfig) -> str | None:
     """None if the tiled kernel's fixed shared array fits ``cfg`` and its grid (tiles, K, N)
     and the backward launches fit the CUDA grid limits (y and z at most 65,535), else the
-    reason."""
+    reason; a depthwise layer by :func:`helpers.conv.depthwise.tiled_supports`."""
+    if depthwise.is_depthwise(cfg):
+        return depthwise.tiled_supports(cfg)
     if cfg.r_extent > MAX_KERNEL or cfg.s_extent > MAX_KERNEL:
         spans = (f" dilated by {cfg.dil_h, cfg.dil_w}, spanning {cfg.r_extent}x{cfg.s_extent}"
                  if (cfg.dil_h, cfg.dil_w) != (1, 1) else "")
@@ -320,6 +326,8 @@ def forward_naive(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Te
     Raises:
         ValueError: a launch beyond the CUDA grid limits (:func:`naive_supports`).
     """
+    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
+        return depthwise.forward_naive(x, w, cfg)
     _refuse(naive_supports(cfg))
     y = poisoned(cfg.y_shape, cuda_device())
     with phase("direct (y)"):
@@ -334,6 +342,8 @@ def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Te
     Raises:
         ValueError: a configuration :func:`tiled_supports` refuses, with its reason.
     """
+    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
+        return depthwise.forward_tiled(x, w, cfg)
     _refuse(tiled_supports(cfg))
     y = poisoned(cfg.y_shape, cuda_device())
     dims = (cfg.c, cfg.h, cfg.w, cfg.k, cfg.r, cfg.s, cfg.p, cfg.q)
@@ -346,6 +356,8 @@ def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Te
 
 def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig):
     """(dx, dw) on the CUDA path with the gather kernels (shared by both direct strategies)."""
+    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
+        return depthwise.backward_cuda(x, w, dy, cfg)
     _refuse(naive_supports(cfg))
     dx = poisoned(cfg.x_shape, cuda_device())
     dw = poisoned(cfg.w_shape, cuda_device())

@@ -24,7 +24,7 @@ from numba import cuda
 
 from helpers import elementwise as ew
 from helpers import occupancy, results
-from helpers.conv import config_for, direct, gemm, unroll, winograd
+from helpers.conv import config_for, depthwise, direct, gemm, unroll, winograd
 from helpers.device import backend
 from helpers.device.arrays import cuda_device, to_torch
 from helpers.device.progress import time_limit_status, time_up
@@ -58,6 +58,7 @@ def _launch_every_kernel(deadline: float | None = None) -> int:
     x_np = rng.standard_normal((1, 2, 8, 8), dtype=np.float32)
     w_np = rng.standard_normal((2, 2, 3, 3), dtype=np.float32)
     cfg = config_for(x_np.shape, w_np.shape, 1, 1)
+    dw_cfg = config_for(x_np.shape, (2, 1, 3, 3), 1, 1, groups=2)  # depthwise: groups = C
     x, w = to_torch(x_np, dev), to_torch(w_np, dev)
     dy = to_torch(rng.standard_normal(cfg.y_shape, dtype=np.float32), dev)
     a = rng.standard_normal((20, 12), dtype=np.float32)
@@ -67,6 +68,9 @@ def _launch_every_kernel(deadline: float | None = None) -> int:
         lambda: direct.forward_tiled(x, w, cfg),
         lambda: direct.backward_cuda(x, w, dy, cfg),
         lambda: winograd.backward(x, w, dy, cfg, "cuda"),  # all six of its kernels
+        lambda: depthwise.forward_tiled(x, w[:, :1].contiguous(), dw_cfg),
+        lambda: depthwise.backward_cuda(x, w[:, :1].contiguous(), dy, dw_cfg),
+        lambda: depthwise.forward_naive(x, w[:, :1].contiguous(), dw_cfg),
         lambda: unroll.col2im(unroll.im2col(x, cfg), cfg),
         lambda: gemm.gemm(a, a.T.copy(), "naive"),
         lambda: gemm.gemm(a, a.T.copy(), "tiled"),
