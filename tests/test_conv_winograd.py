@@ -63,7 +63,7 @@ def test_a_wrong_transform_fails_the_identity():
     assert not np.allclose(at @ ((np.round(g + 0.01) @ f) * (bt @ d)), right)
 
 
-@pytest.mark.parametrize("bad", [dict(m=0), dict(m=6), dict(r=True), dict(m=5, r=5)])
+@pytest.mark.parametrize("bad", [dict(m=0), dict(m=7), dict(r=6), dict(r=True), dict(m=5, r=5)])
 def test_transforms_refuse_bad_sizes(bad):
     with pytest.raises(ValueError, match=r"\bm\b|\br\b|points"):
         winograd.transforms(**{"m": 2, "r": 3, **bad})

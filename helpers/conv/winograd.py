@@ -76,17 +76,18 @@ def transforms(m: int, r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     G), which for F(2, 3) gives Lavin and Gray's matrices up to row signs.
 
     Args:
-        m: outputs per tile (1 to 5); r: filter taps (1 to 5); m + r - 1 <= 8.
+        m: outputs per tile (1 to 6); r: filter taps (1 to 5); m + r - 1 <= 8.
 
     Returns:
         ``(AT, G, BT)`` float64 arrays of shapes (m, alpha), (alpha, r), (alpha, alpha).
 
     Raises:
-        ValueError: m or r outside 1 to 5, or m + r - 1 > 8 (more points than :data:`POINTS`).
+        ValueError: m outside 1 to 6, r outside 1 to 5, or m + r - 1 > 8 (more points than
+            :data:`POINTS`).
     """
-    for name, v in (("m", m), ("r", r)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 5:
-            raise ValueError(f"{name} must be an integer from 1 to 5, got {v!r}")
+    for name, v, top in (("m", m, 6), ("r", r, 5)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+            raise ValueError(f"{name} must be an integer from 1 to {top}, got {v!r}")
     alpha = m + r - 1
     if alpha - 1 > len(POINTS):
         raise ValueError(f"F({m}, {r}) needs {alpha - 1} finite points; at most "
