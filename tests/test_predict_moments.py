@@ -1,4 +1,4 @@
-"""Each notebook 01-11 asks the learner to predict a measurement before it runs, then reveals the
+"""Each notebook 01-12 asks the learner to predict a measurement before it runs, then reveals the
 answer folded (``notebook.reveal`` or a ``<details>`` block) after it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[01][0-9]_*.ipynb")
-                   if "01" <= p.name[:2] <= "11")
+                   if "01" <= p.name[:2] <= "12")
 
 
 def _moments(nb) -> list[tuple[int, int]]:
@@ -30,8 +30,8 @@ def _moments(nb) -> list[tuple[int, int]]:
     return pairs
 
 
-def test_there_are_eleven_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(1, 12)]
+def test_there_are_twelve_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(1, 13)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
