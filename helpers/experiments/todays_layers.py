@@ -330,8 +330,8 @@ def roof(ceiling_rows: Sequence[dict], environment: dict | None = None) -> dict 
         cores = env.get("cpu_logical_cores") or env.get("cpu_physical_cores") or 1
         used = min(int(threads or cores), cores)
         out.update(nominal_flops=env["cpu_peak_fp32_flops_estimate"] * used / cores,
-                   nominal_source=f"estimated: {env.get('cpu_peak_source')}, {used} of "
-                                  f"{cores} cores")
+                   nominal_source=f"estimated: {env.get('cpu_peak_source')}, scaled to the "
+                                  f"{used} of {cores} cores used")
     return out
 
 
