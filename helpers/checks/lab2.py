@@ -40,7 +40,8 @@ from helpers.device.arrays import grid_for
 
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes",
-           "KERNEL_ARGTYPES"]
+           "KERNEL_ARGTYPES", "source_tree", "raises_not_implemented", "is_kernel",
+           "padded_device_array", "in_kernel_source"]
 
 #: The lab's kernels' arguments as :func:`run_gemm` launches them (2-D float32 views of larger
 #: buffers, so any layout), for the compiler check (:func:`helpers.checks.compiler_check`).
@@ -121,7 +122,7 @@ class _OutsideLocalArray(IndexError):
     """A thread indexed outside a shared or local array of the kernel, not A, B or C."""
 
 
-def _source_tree(kernel) -> ast.AST | None:
+def source_tree(kernel) -> ast.AST | None:
     fn = getattr(kernel, "py_func", kernel)
     try:
         return ast.parse(textwrap.dedent(inspect.getsource(fn)))
@@ -129,9 +130,9 @@ def _source_tree(kernel) -> ast.AST | None:
         return None
 
 
-def _raises_not_implemented(kernel) -> bool:
+def raises_not_implemented(kernel) -> bool:
     """True if the kernel's Python source raises NotImplementedError (the lab's stub)."""
-    tree = _source_tree(kernel)
+    tree = source_tree(kernel)
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
@@ -140,11 +141,11 @@ def _raises_not_implemented(kernel) -> bool:
     return False
 
 
-def _is_kernel(kernel) -> bool:
+def is_kernel(kernel) -> bool:
     return hasattr(kernel, "py_func") and hasattr(type(kernel), "__getitem__")
 
 
-def _padded(a: np.ndarray, rows: int, cols: int, fill, rng: np.random.Generator | None):
+def padded_device_array(a: np.ndarray, rows: int, cols: int, fill, rng: np.random.Generator | None):
     """A device array ``(a.rows + rows, a.cols + cols)`` holding ``a`` at its top left, the rest
     ``fill`` (or random data), and the view of ``a`` in it."""
     m, n = a.shape
@@ -157,7 +158,7 @@ def _padded(a: np.ndarray, rows: int, cols: int, fill, rng: np.random.Generator 
     return d_buf, d_buf[:m, :n]
 
 
-def _in_kernel_source(exc: BaseException, kernel) -> bool:
+def in_kernel_source(exc: BaseException, kernel) -> bool:
     """True if the innermost frame of ``exc`` is in the kernel's own source file: an index
     error raised there is on a NumPy array of the kernel (shared or local), while one on a
     simulator device array (A, B, C) is raised inside Numba's simulator."""
@@ -201,9 +202,9 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
         IndexError: a thread read or wrote outside A, B or C, or (in the simulator) outside
             a shared or local array of the kernel (the message names which).
     """
-    if _raises_not_implemented(kernel):
+    if raises_not_implemented(kernel):
         raise NotImplementedError("the kernel is still the stub: write it, then run its cell")
-    if not _is_kernel(kernel):
+    if not is_kernel(kernel):
         raise TypeError(f"expected a @cuda.jit kernel, got {type(kernel).__name__}")
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)
@@ -226,9 +227,9 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
                          f"about {threads / 1000:.0f} s or more; without a GPU keep M*N, rounded "
                          f"up to whole blocks, at most {SIMULATOR_MAX_THREADS:,} threads")
     rng = np.random.default_rng(7)
-    _, d_a = _padded(a, tile, tile, None, rng)
-    _, d_b = _padded(b, tile, tile, None, rng)
-    d_cbuf, d_c = _padded(np.full((m, n), np.nan, np.float32), tile, tile, np.nan, None)
+    _, d_a = padded_device_array(a, tile, tile, None, rng)
+    _, d_b = padded_device_array(b, tile, tile, None, rng)
+    d_cbuf, d_c = padded_device_array(np.full((m, n), np.nan, np.float32), tile, tile, np.nan, None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NumbaPerformanceWarning: tiny grids on a GPU
@@ -237,7 +238,7 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
     except IndexError as exc:  # the simulator checks every index
         if "out of bounds" not in str(exc):
             raise
-        if _in_kernel_source(exc, kernel):  # A, B and C fail inside the simulator's arrays
+        if in_kernel_source(exc, kernel):  # A, B and C fail inside the simulator's arrays
             raise _OutsideLocalArray(
                 f"your kernel indexed outside a shared (or local) array, not A, B or C (a tile "
                 f"is {tile} x {tile} here): {exc}{kernel_line(exc, kernel)}") from None
@@ -271,7 +272,7 @@ def _cases(shapes, seed: int, block: int, unit: str) -> list[Case]:
 
 def _not_a_kernel(name: str, kernel, fname: str) -> Report | None:
     """An error :class:`Report` if ``kernel`` is neither the lab's stub nor a CUDA kernel."""
-    if _raises_not_implemented(kernel) or _is_kernel(kernel):
+    if raises_not_implemented(kernel) or is_kernel(kernel):
         return None
     return Report(name, False, f"{fname} is not a CUDA kernel (got {type(kernel).__name__}): "
                   f"put @cuda.jit on the line above `def {fname}(...)` and run that cell again.",
@@ -329,7 +330,7 @@ def _uses_shared_memory_and_barriers(kernel) -> str | None:
     unavailable), else what is missing. One barrier leaves a race that a GPU may not show on
     small sizes (a fast warp loads the next tiles while a slow one still reads them), unless
     the tiles are double-buffered: more than two shared arrays, or a 3-D one."""
-    tree = _source_tree(kernel)
+    tree = source_tree(kernel)
     if tree is None:
         return None
     barriers = sum(isinstance(node, ast.Call) and "syncthreads" in (

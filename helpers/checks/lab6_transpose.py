@@ -26,11 +26,11 @@ from numba import cuda
 from helpers import compiled
 from helpers.checks import Case, Report, WrongResult, check_cases, compiler_check, kernel_line
 from helpers.checks.lab2 import (
-    _in_kernel_source,
-    _is_kernel,
-    _padded,
-    _raises_not_implemented,
-    _source_tree,
+    in_kernel_source,
+    is_kernel,
+    padded_device_array,
+    raises_not_implemented,
+    source_tree,
 )
 from helpers.experiments.memory_access import conflict_degree
 
@@ -101,9 +101,9 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
             out of range. IndexError: a thread read or wrote outside src, dst or a shared
             array (the message says which, with the kernel's line).
     """
-    if _raises_not_implemented(kernel):
+    if raises_not_implemented(kernel):
         raise NotImplementedError("the kernel is still the stub: write it, then run its cell")
-    if not _is_kernel(kernel):
+    if not is_kernel(kernel):
         raise TypeError(f"expected a @cuda.jit kernel, got {type(kernel).__name__}")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if a.ndim != 2 or not (1 <= a.shape[0] <= 96 and 1 <= a.shape[1] <= 96):
@@ -111,8 +111,9 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
                          f"{a.shape}")
     h, w = a.shape
     grid = (math.ceil(w / TILE), math.ceil(h / TILE))
-    _, d_src = _padded(a, TILE, TILE, None, np.random.default_rng(7))
-    d_buf, d_dst = _padded(np.full((w, h), np.nan, np.float32), TILE, TILE, np.nan, None)
+    _, d_src = padded_device_array(a, TILE, TILE, None, np.random.default_rng(7))
+    d_buf, d_dst = padded_device_array(np.full((w, h), np.nan, np.float32), TILE, TILE,
+                                       np.nan, None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NumbaPerformanceWarning: tiny grids on a GPU
@@ -121,7 +122,7 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
     except IndexError as exc:  # the simulator checks every index
         if "out of bounds" not in str(exc):
             raise
-        if _in_kernel_source(exc, kernel):
+        if in_kernel_source(exc, kernel):
             raise _OutsideTile(f"your kernel indexed outside its shared tile (or another "
                                f"array of its own), not src or dst: {exc}"
                                f"{kernel_line(exc, kernel)}") from None
@@ -142,7 +143,7 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
 
 def _calls(kernel, attr: str, owner: str | None = None) -> list[ast.Call]:
     """The calls ``<owner>.<attr>(...)`` (or ``attr(...)``) in the kernel's source."""
-    tree = _source_tree(kernel)
+    tree = source_tree(kernel)
     found = []
     for node in ast.walk(tree) if tree is not None else ():
         if not isinstance(node, ast.Call):
@@ -270,7 +271,7 @@ def check_transpose_kernel(kernel) -> Report:
         compiler can be loaded those three are not checked, and the report says so.
     """
     name = "Lab 6, TODO 2: transpose through a padded shared tile"
-    if not (_raises_not_implemented(kernel) or _is_kernel(kernel)):
+    if not (raises_not_implemented(kernel) or is_kernel(kernel)):
         return Report(name, False, f"transpose_kernel is not a CUDA kernel (got "
                       f"{type(kernel).__name__}): put @cuda.jit on the line above `def "
                       f"transpose_kernel(src, dst):` and run that cell again.", 0, "error")
