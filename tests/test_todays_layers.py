@@ -76,7 +76,8 @@ def _own_count(torchvision, network: str) -> dict[str, int]:
 def test_every_conv_layer_is_listed_and_classified(listed, torchvision, network):
     rows = listed[network]
     got = {t: sum(r["layer_type"] == t for r in rows) for t in tl.LAYER_TYPES}
-    assert {t: n for t, n in got.items() if n} == COUNTS[network] == _own_count(torchvision, network)
+    own = _own_count(torchvision, network)
+    assert {t: n for t, n in got.items() if n} == COUNTS[network] == own
     assert [r["index"] for r in rows] == list(range(len(rows)))
     assert all(r["network"] == tl.NETWORKS[network] and r["n"] == 1 for r in rows)
     assert rows[0]["c"] == 3 and rows[0]["h"] == rows[0]["w"] == 224   # the image itself
@@ -360,3 +361,29 @@ def test_on_a_gpu_layers_ceilings_and_the_library_are_measured(torchvision):
     lib = tc.library_choice(tc.REPRESENTATIVE[0], "cuda")
     assert lib["status"].startswith("ok") and lib["max_rel_error"] < 1e-4
     assert lib["algorithm"] in FAMILIES and torch.backends.cudnn.allow_tf32   # restored
+
+
+def test_the_library_lines_and_findings_are_read_from_the_rows():
+    from helpers.experiments import todays_layers_findings as tlf
+
+    lib = dict(strategy="reference", name="dw", network="MobileNet-V2", layer_type="depthwise",
+               library="oneDNN", kernel="jit_dw", algorithm="direct", median_ms=0.5,
+               kernels="reorder a 0.25 ms; conv jit_dw 0.5 ms; reorder b 0.125 ms")
+    ours = [dict(lib, strategy="im2col-gemm", median_ms=2.0, kernels=None),
+            dict(lib, strategy="direct-naive", median_ms=4.0, kernels=None)]
+    assert tlf.reorder_ms(lib) == 0.375
+    assert tlf.library_lines([lib, *ours]) == [
+        "depthwise MobileNet-V2: oneDNN ran jit_dw (direct), 0.5 ms; its layout reorders took "
+        "0.375 ms of the verbose call; our best, im2col-gemm, 4.0x its time"]
+    shares = [dict(network="MobileNet-V2", layer_type="depthwise", flop_share=0.05,
+                   time_share=0.4),
+              dict(network="ResNeXt-50 (32x4d)", layer_type="1x1", flop_share=0.9,
+                   time_share=0.8)]
+    timed = [dict(network="MobileNet-V2", layer_type="depthwise", intensity=2.25)]
+    found = dict(tlf.findings(shares, timed, [lib, *ours], ridge=13.0))
+    assert "took 40%, at 2.25 FLOP/B at most, left of this CPU's ridge (13.0 FLOP/B)" in \
+        found["convolutions are computation-intensive and arithmetic sets their speed (IV-A, IV-B)"]
+    assert found["no single implementation is the fastest in all scenarios (IV-B, VI)"] == (
+        "fastest here: the library (1 layers); the fastest of ours: depthwise (MobileNet-V2) "
+        "im2col-gemm")
+    assert "by 8.0x" in found["no single metric can determine the performance (VI)"]
