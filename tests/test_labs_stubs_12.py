@@ -1,8 +1,8 @@
 """Labs 1 and 2 as learners get them: the stub notebooks run top to bottom without an error, and
 every check cell reports "not implemented yet"; the solutions have the same check cells.
 
-The stubs are executed with nbclient, as :func:`tools.run_notebooks.run_notebook` does (in
-this interpreter's kernel, errors not allowed). The solutions themselves are checked by
+The stubs are executed by :func:`tools.run_notebooks.execute`, as ``make run`` executes notebooks
+(in this interpreter's kernel, errors not allowed). The solutions themselves are checked by
 ``pytest --nbval labs/solutions``.
 """
 
@@ -12,6 +12,8 @@ import pathlib
 
 import nbformat
 import pytest
+
+from tools import run_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LABS = ["lab1_first_kernels.ipynb", "lab2_tiled_gemm.ipynb"]
@@ -31,12 +33,9 @@ def _todo_cells(nb) -> list:
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", LABS)
 def test_stub_lab_runs_and_every_check_says_not_implemented_yet(name):
-    from nbclient import NotebookClient
-
     path = ROOT / "labs" / name
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    run_notebooks.execute(nb, path.parent, timeout=300, name=name)
     checks = _check_cells(nb)
     assert checks and len(checks) == len(_todo_cells(nb))
     for cell in checks:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pathlib
 
-import nbclient
 import nbformat
+
+from tools import run_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -13,8 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def _run(*sources: str) -> list:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    run_notebooks.execute(nb, ROOT, timeout=300, allow_errors=True)
     return nb.cells
 
 

@@ -27,6 +27,7 @@ from helpers.experiments import (
     training_throughput,
     transfers,
 )
+from tools import run_notebooks
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import notebook_slice  # noqa: E402
@@ -282,16 +283,13 @@ def test_the_cut_keeps_what_a_cell_reads_and_drops_the_rest():
 def test_notebook_draws_the_recorded_gpu(name, synthetic, monkeypatch):
     """The listed cells, and the cells they need, executed (nbval runs the whole notebook)."""
     import nbformat
-    from nbclient import NotebookClient
-
     monkeypatch.setenv("WORKBOOK_RESULTS", str(synthetic))  # the kernel inherits it
     path = ROOT / "notebooks" / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
     targets, problems = _targets(nb, name)
     assert not problems, "\n".join(problems)
     cut, kept = notebook_slice.cut(nb, targets)
-    NotebookClient(cut, timeout=600, kernel_name="python3", store_widget_state=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    run_notebooks.execute(cut, path.parent, timeout=600, name=path.name)
     shown_by = {i: cut.cells[kept.index(i)] for i in targets}
     for (piece, then), i in zip(CELLS[name], targets):
         shown = _output_text(shown_by[i])

@@ -4,6 +4,7 @@ For each notebook: run it top to bottom with nbclient (in this interpreter's ker
 the executed ``.ipynb`` and an HTML rendering to the output folder, and print one line:
 name, seconds, ok or failed (with the error's last line); then a total. What the kernel process
 itself prints (its log, not the cells' outputs) is kept, and shown only if the kernel failed.
+A kernel that does not start (another process took one of its ports first) is started again.
 Exits non-zero if any failed.
 
 Usage: ``python -m tools.run_notebooks [NOTEBOOK ...] [--out build | --in-place] [--timeout 600]``
@@ -18,11 +19,50 @@ import sys
 import tempfile
 import time
 
-__all__ = ["run_notebook", "main"]
+__all__ = ["execute", "run_notebook", "main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: How many of the kernel process's last output lines are shown under a failed notebook.
 KERNEL_LOG_LINES = 20
+#: How many times a kernel is started before the notebook is reported failed. A start fails
+#: when another process binds one of the ports chosen for the kernel before the kernel does;
+#: a kernel that dies after it started is not started again.
+KERNEL_START_TRIES = 3
+
+
+def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = False,
+            name: str = "notebook", **start_kwargs) -> None:
+    """Execute the notebook ``nb`` in place, in a new ``python3`` kernel working in ``cwd``.
+
+    A kernel that does not start is started again, up to ``KERNEL_START_TRIES`` starts in all
+    (each retry is noted on stderr, under ``name``); a kernel that dies after it started is not. Widget state
+    is not stored: it would embed each chart widget's JavaScript in the file.
+    ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the kernel
+    process's own output goes).
+
+    Raises:
+        What nbclient raises: ``CellExecutionError`` (a cell raised, unless ``allow_errors``),
+        ``CellTimeoutError``, ``DeadKernelError``, or ``RuntimeError`` for a kernel that did
+        not start in any try.
+    """
+    from nbclient import NotebookClient
+
+    for attempt in range(1, KERNEL_START_TRIES + 1):
+        started = []
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                allow_errors=allow_errors, store_widget_state=False,
+                                resources={"metadata": {"path": str(cwd)}},
+                                on_notebook_start=lambda notebook: started.append(True))
+        try:
+            client.execute(**start_kwargs)
+            return
+        except Exception as exc:
+            if started or attempt == KERNEL_START_TRIES:
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0]
+            print(f"{name}: the kernel did not start "
+                  f"({type(exc).__name__}: {first}); starting it again",
+                  file=sys.stderr, flush=True)
 
 
 def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int = 600
@@ -30,28 +70,26 @@ def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int 
     """Execute one notebook; write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``.
 
     With ``out_dir=None`` the executed notebook replaces the original (refreshing its stored
-    outputs), and only if every cell ran. Widget state is not stored: it would embed each
-    chart widget's JavaScript in the file. The kernel process's own stdout and stderr (its
-    start-up log, and anything written outside a cell's capture) go to a temporary file.
+    outputs), and only if every cell ran. The notebook runs through :func:`execute`. The
+    kernel process's own stdout and stderr (its start-up log, and anything written outside a
+    cell's capture) go to a temporary file.
 
     Returns:
-        (ok, seconds, error text or ""). If the kernel itself failed (died, did not start)
-        rather than a cell, the error text goes on with its last lines of output.
+        (ok, seconds, error text or ""). If the kernel itself failed (died, or did not start
+        in ``KERNEL_START_TRIES`` tries) rather than a cell, the error text goes on with its
+        last lines of output. The seconds include any failed starts.
     """
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            store_widget_state=False,
-                            resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     error = ""
     with tempfile.TemporaryFile() as kernel_log:
         try:
-            client.execute(stdout=kernel_log, stderr=kernel_log)
+            execute(nb, path.parent, timeout, name=path.name, stdout=kernel_log,
+                    stderr=kernel_log)
         except CellExecutionError as exc:
             lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             error = lines[-1] if lines else "cell failed"
