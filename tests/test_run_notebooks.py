@@ -183,3 +183,33 @@ def test_a_kernel_that_never_starts_fails_after_the_last_try(tmp_path, monkeypat
     assert not ok and error == "RuntimeError: Kernel didn't respond in 60 seconds"
     assert len(calls) == run_notebooks.KERNEL_START_TRIES
     assert all(not c.outputs for c in nbformat.read(good, as_version=4).cells)  # not rewritten
+
+
+def test_nbval_starts_its_kernels_with_retries(capsys):
+    """The repository's conftest wraps nbval's kernel start; wrapped, a start that fails once
+    is made again, and one that always fails raises its own error after the last try."""
+    import nbval.kernel
+
+    assert nbval.kernel.start_new_kernel.retries_kernel_start
+    assert nbval.kernel.start_new_kernel.__wrapped__.__module__ == "nbval.kernel"
+    calls = []
+
+    def start(startup_timeout=60, kernel_name="python", **kwargs):
+        calls.append(kernel_name)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel didn't respond in 60 seconds")
+        return "km", "kc"
+
+    assert run_notebooks.retry_kernel_start(start)(kernel_name="python3") == ("km", "kc")
+    assert calls == ["python3", "python3"]
+    assert capsys.readouterr().err == ("a kernel did not start (Kernel didn't respond in 60 "
+                                       "seconds); starting it again\n")
+
+    def never(**kwargs):
+        calls.append("never")
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="Kernel died before replying"):
+        run_notebooks.retry_kernel_start(never)(kernel_name="python3")
+    assert len(calls) == run_notebooks.KERNEL_START_TRIES

@@ -14,12 +14,13 @@ Usage: ``python -m tools.run_notebooks [NOTEBOOK ...] [--out build | --in-place]
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 import tempfile
 import time
 
-__all__ = ["execute", "run_notebook", "main"]
+__all__ = ["execute", "retry_kernel_start", "run_notebook", "main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: How many of the kernel process's last output lines are shown under a failed notebook.
@@ -35,10 +36,10 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
     """Execute the notebook ``nb`` in place, in a new ``python3`` kernel working in ``cwd``.
 
     A kernel that does not start is started again, up to ``KERNEL_START_TRIES`` starts in all
-    (each retry is noted on stderr, under ``name``); a kernel that dies after it started is not. Widget state
-    is not stored: it would embed each chart widget's JavaScript in the file.
-    ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the kernel
-    process's own output goes).
+    (each retry is noted on stderr, under ``name``); a kernel that dies after it started is
+    not. Widget state is not stored: it would embed each chart widget's JavaScript in the
+    file. ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the
+    kernel process's own output goes).
 
     Raises:
         What nbclient raises: ``CellExecutionError`` (a cell raised, unless ``allow_errors``),
@@ -63,6 +64,33 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
             print(f"{name}: the kernel did not start "
                   f"({type(exc).__name__}: {first}); starting it again",
                   file=sys.stderr, flush=True)
+
+
+def retry_kernel_start(start):
+    """Wrap a ``start_new_kernel(startup_timeout, kernel_name, **kwargs)`` function
+    (jupyter_client's, or nbval's) so that a kernel that does not start is started again.
+
+    Up to ``KERNEL_START_TRIES`` starts in all, each retry noted on stderr. The repository's
+    ``conftest.py`` wraps nbval's, whose notebooks would otherwise fail whole on one lost port.
+
+    Returns:
+        The wrapped function; it returns what ``start`` returns (kernel manager, client) and
+        raises ``start``'s ``RuntimeError`` if the kernel did not start in any try.
+    """
+    @functools.wraps(start)
+    def start_with_retries(*args, **kwargs):
+        for attempt in range(1, KERNEL_START_TRIES + 1):
+            try:
+                return start(*args, **kwargs)
+            except RuntimeError as exc:
+                if attempt == KERNEL_START_TRIES:
+                    raise
+                print(f"a kernel did not start ({exc}); starting it again",
+                      file=sys.stderr, flush=True)
+        raise AssertionError("unreachable")
+
+    start_with_retries.retries_kernel_start = True
+    return start_with_retries
 
 
 def run_notebook(path: pathlib.Path, out_dir: pathlib.Path | None, timeout: int = 600

@@ -1,0 +1,11 @@
+"""pytest, for every test path: nbval's kernel start is wrapped by ``tools.run_notebooks``'s
+``retry_kernel_start``, so a kernel that does not start (another process took one of its ports
+first) is started again instead of failing its whole notebook."""
+
+import nbval.kernel
+
+from tools import run_notebooks
+
+if not getattr(nbval.kernel.start_new_kernel, "retries_kernel_start", False):
+    nbval.kernel.start_new_kernel = run_notebooks.retry_kernel_start(
+        nbval.kernel.start_new_kernel)
