@@ -1,11 +1,16 @@
 """pytest, for every test path: nbval's kernel start is wrapped by ``tools.run_notebooks``'s
 ``retry_kernel_start``, so a kernel that does not start (another process took one of its ports
-first) is started again instead of failing its whole notebook."""
-
-import nbval.kernel
+first) is started again instead of failing its whole notebook. Without nbval (a bare GPU
+server runs only the GPU tests) there is nothing to wrap."""
 
 from tools import run_notebooks
 
-if not getattr(nbval.kernel.start_new_kernel, "retries_kernel_start", False):
+try:
+    import nbval.kernel
+except ImportError:
+    nbval = None
+
+if nbval is not None and not getattr(nbval.kernel.start_new_kernel, "retries_kernel_start",
+                                     False):
     nbval.kernel.start_new_kernel = run_notebooks.retry_kernel_start(
         nbval.kernel.start_new_kernel)
