@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 
 import pytest
@@ -490,3 +491,26 @@ def test_the_scratch_buffer_fails_only_because_the_data_is_read_late(monkeypatch
 
     monkeypatch.setattr(lab9_sim.RankComm, "isend", eager)
     assert lab9.check_ring_all_reduce(ring_with(one_buffer=True), real=False).status == "passed"
+
+
+def test_a_port_taken_before_gloo_binds_it_is_replaced(monkeypatch):
+    """The first port handed to the ranks is held by another socket (as a process that took it
+    between the choice and the bind would): the group cannot start there, and the run is made
+    again on a new port, where the planted wrong values are found."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    free, handed = lab9_real._free_port, []
+
+    def first_taken():
+        handed.append(held.getsockname()[1] if not handed else free())
+        return handed[-1]
+
+    monkeypatch.setattr(lab9_real, "_free_port", first_taken)
+    try:
+        out = lab9_real.run_on_gloo(wrong_only_on_gloo, (2,), (7,), timeout_s=60, startup_s=60)
+    finally:
+        held.close()
+    assert len(handed) == 2, (handed, out)
+    assert out.note is None and out.status == "failed" and "at index 6" in out.problem, out
+    assert _all_ended(out.pids)
