@@ -544,3 +544,15 @@ def test_tiled_with_a_run_time_shared_size_fails_as_not_compiling():
     assert "compiler rejects it" in report.message
     assert "cuda.shared.array((cuda.blockDim.y, cuda.blockDim.x), float32)" in report.message
     assert "global constant" in report.message
+
+
+def test_a_write_past_the_result_is_found_in_the_nan_padding():
+    """On a GPU nothing checks a view's bounds: a write past C lands in the NaN padding that
+    padded_device_array puts around it, and written_inside names the first one."""
+    buf = np.full((5, 6), np.nan, np.float32)
+    buf[:3, :4] = 1.0
+    assert np.array_equal(lab2.written_inside(buf.copy(), 3, 4, "C", "c"), np.ones((3, 4)))
+    buf[1, 4] = buf[4, 0] = 2.0           # one past a row, one below the last row
+    with pytest.raises(IndexError, match=r"wrote outside C \(3 x 4\): 2 element\(s\), the "
+                                         r"first at c\[1, 4\]"):
+        lab2.written_inside(buf, 3, 4, "C", "c")

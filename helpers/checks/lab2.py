@@ -41,7 +41,7 @@ from helpers.device.arrays import grid_for
 __all__ = ["check_gemm_naive", "check_gemm_tiled", "run_gemm", "NAIVE_BLOCK",
            "SIMULATOR_MAX_THREADS", "SIMULATOR_MAX_TILE", "naive_shapes", "tiled_shapes",
            "KERNEL_ARGTYPES", "source_tree", "raises_not_implemented", "is_kernel",
-           "padded_device_array", "in_kernel_source"]
+           "padded_device_array", "written_inside", "in_kernel_source"]
 
 #: The lab's kernels' arguments as :func:`run_gemm` launches them (2-D float32 views of larger
 #: buffers, so any layout), for the compiler check (:func:`helpers.checks.compiler_check`).
@@ -158,6 +158,23 @@ def padded_device_array(a: np.ndarray, rows: int, cols: int, fill, rng: np.rando
     return d_buf, d_buf[:m, :n]
 
 
+def written_inside(buf: np.ndarray, rows: int, cols: int, name: str, index: str) -> np.ndarray:
+    """The top-left ``rows x cols`` of ``buf``, a NaN-filled :func:`padded_device_array`
+    copied back, after checking that the kernel wrote nothing past it.
+
+    Raises:
+        IndexError: an element outside that block is not NaN; names the array as ``name``
+            and the first such element as ``index[i, j]``.
+    """
+    outside = ~np.isnan(buf)
+    outside[:rows, :cols] = False
+    if outside.any():
+        i, j = (int(v) for v in np.argwhere(outside)[0])
+        raise IndexError(f"your kernel wrote outside {name} ({rows} x {cols}): "
+                         f"{int(outside.sum())} element(s), the first at {index}[{i}, {j}]")
+    return buf[:rows, :cols]
+
+
 def in_kernel_source(exc: BaseException, kernel) -> bool:
     """True if the innermost frame of ``exc`` is in the kernel's own source file: an index
     error raised there is on a NumPy array of the kernel (shared or local), while one on a
@@ -244,14 +261,7 @@ def run_gemm(kernel, a: np.ndarray, b: np.ndarray, tile: int, swap_axes: bool = 
                 f"is {tile} x {tile} here): {exc}{kernel_line(exc, kernel)}") from None
         raise IndexError(f"your kernel read or wrote outside a matrix (A is {m} x {k}, B {k} x "
                          f"{n}, C {m} x {n}): {exc}{kernel_line(exc, kernel)}") from None
-    cbuf = d_cbuf.copy_to_host()
-    outside = ~np.isnan(cbuf)
-    outside[:m, :n] = False
-    if outside.any():
-        i, j = (int(v) for v in np.argwhere(outside)[0])
-        raise IndexError(f"your kernel wrote outside C ({m} x {n}): {int(outside.sum())} "
-                         f"element(s), the first at c[{i}, {j}]")
-    return cbuf[:m, :n]
+    return written_inside(d_cbuf.copy_to_host(), m, n, "C", "c")
 
 
 # ---------------------------------------------------------------------------------- checkers

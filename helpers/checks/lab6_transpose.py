@@ -31,6 +31,7 @@ from helpers.checks.lab2 import (
     padded_device_array,
     raises_not_implemented,
     source_tree,
+    written_inside,
 )
 from helpers.experiments.memory_access import conflict_degree
 
@@ -128,14 +129,7 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
                                f"{kernel_line(exc, kernel)}") from None
         raise IndexError(f"your kernel read or wrote outside a matrix (src is {h} x {w}, dst "
                          f"{w} x {h}): {exc}{kernel_line(exc, kernel)}") from None
-    buf = d_buf.copy_to_host()
-    outside = ~np.isnan(buf)
-    outside[:w, :h] = False
-    if outside.any():
-        i, j = (int(v) for v in np.argwhere(outside)[0])
-        raise IndexError(f"your kernel wrote outside dst ({w} x {h}): {int(outside.sum())} "
-                         f"element(s), the first at dst[{i}, {j}]")
-    return buf[:w, :h]
+    return written_inside(d_buf.copy_to_host(), w, h, "dst", "dst")
 
 
 # ---------------------------------------------------------------------------- source reading
