@@ -29,7 +29,7 @@ from helpers.device import backend
 
 __all__ = ["Target", "TARGETS", "DEFAULT_TARGETS", "Fp64Instruction", "CompiledKernel",
            "CompileError", "CompilerUnavailable", "compile_kernel", "compile_many",
-           "fp64_advice", "source_line", "Job"]
+           "fp64_advice", "source_line", "Job", "InstructionMix", "instruction_mix"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,10 +149,113 @@ class CompiledKernel:
                        f"bytes to local memory and reloads {self.spill_load_bytes}")
         return out
 
+    @property
+    def mix(self) -> "InstructionMix":
+        """What the PTX holds, counted by kind (:func:`instruction_mix`)."""
+        return instruction_mix(self.ptx)
+
     def ptx_for_line(self, line: int) -> list[str]:
         """The PTX instructions the compiler attributes to source ``line`` of the kernel's file
         (``.loc`` directives), in order; empty if none."""
         return [text for loc, text in worker.instructions(self.ptx) if loc and loc[1] == line]
+
+
+@dataclasses.dataclass(frozen=True)
+class InstructionMix:
+    """Static counts of a kernel's PTX instructions by kind (each instruction once, however
+    often a loop runs it; a ``.v4`` access counts once, as one instruction).
+
+    Attributes:
+        ffma: ``fma.rn.f32``. shared_loads, shared_stores, global_loads, global_stores:
+        ``ld``/``st`` on ``.shared`` / ``.global`` (``ld.global.nc`` included). vector_loads:
+        the ``.v2``/``.v4`` loads among them. div64: ``div``/``rem`` on 64-bit integers (a
+        slow software routine on the GPU). div32: on 32-bit integers. barriers: block-wide
+        barriers, ``bar.sync`` / ``barrier.sync`` (``cuda.syncthreads()``) and ``bar.red``
+        (``cuda.syncthreads_count`` and friends); not ``bar.warp.sync`` (``cuda.syncwarp``).
+        loop_global_loads: the global loads inside the outermost loop that holds the FFMAs (a
+        GEMM's loop along K: the loads of one step), None when no loop holds FFMAs.
+        inner_instructions_per_ffma: instructions per FFMA in the innermost loop that holds
+        FFMAs (address arithmetic, loads, branches and the FFMAs themselves), None without one.
+    """
+
+    ffma: int
+    shared_loads: int
+    shared_stores: int
+    global_loads: int
+    global_stores: int
+    vector_loads: int
+    div64: int
+    div32: int
+    barriers: int = 0
+    loop_global_loads: int | None = None
+    inner_instructions_per_ffma: float | None = None
+
+    @property
+    def ffma_per_shared_load(self) -> float | None:
+        """FFMAs per shared-memory load instruction; None without shared loads. Where both sit
+        in one loop, unrolling changes both counts alike: the ratio is the loop's."""
+        return self.ffma / self.shared_loads if self.shared_loads else None
+
+
+def _loops(texts: list[str]) -> list[tuple[int, int]]:
+    """(first, last) instruction indices of every loop of a kernel's PTX: a branch back to a
+    label that comes before it closes a loop that starts at that label."""
+    labels: dict[str, int] = {}
+    loops = []
+    for i, text in enumerate(texts):
+        if text.endswith(":"):
+            labels[text[:-1]] = i
+        elif text.split()[0].rstrip(";").split(".")[0] == "bra":
+            target = text.split()[-1].rstrip(";")
+            if target in labels:
+                loops.append((labels[target], i))
+    return loops
+
+
+def instruction_mix(ptx: str) -> InstructionMix:
+    """Count the PTX instructions of :class:`InstructionMix`'s kinds in ``ptx``."""
+    counts = dict.fromkeys(("ffma", "shared_loads", "shared_stores", "global_loads",
+                            "global_stores", "vector_loads", "div64", "div32", "barriers"), 0)
+    texts = []
+    for raw in ptx.splitlines():        # instructions and labels, in order
+        s = raw.strip()
+        if s.startswith("$") and s.endswith(":"):
+            texts.append(s)
+        elif s and not s.startswith(("//", ".", "{", "}", ")", "(", "$")):
+            texts.append(s.split(None, 1)[1] if s.startswith("@") and " " in s else s)
+    kinds = []
+    for text in texts:
+        kind = None
+        if not text.endswith(":"):
+            parts = text.split()[0].rstrip(";").split(".")
+            op = parts[0]
+            if op == "fma" and parts[-1] == "f32":
+                kind = "ffma"
+            elif op in ("ld", "st") and ("shared" in parts or "global" in parts):
+                kind = ("shared_" if "shared" in parts else "global_") + \
+                    ("loads" if op == "ld" else "stores")
+                counts["vector_loads"] += op == "ld" and ("v4" in parts or "v2" in parts)
+            elif op in ("div", "rem") and parts[-1] in ("s64", "u64", "b64"):
+                kind = "div64"
+            elif op in ("div", "rem") and parts[-1] in ("s32", "u32", "b32"):
+                kind = "div32"
+            elif op in ("bar", "barrier") and "warp" not in parts and (
+                    "sync" in parts or "red" in parts):
+                kind = "barriers"
+        if kind:
+            counts[kind] += 1
+        kinds.append(kind)
+    fmas = [i for i, k in enumerate(kinds) if k == "ffma"]
+    holding = [(a, b) for a, b in _loops(texts) if any(a <= i <= b for i in fmas)]
+    loop_loads = per_ffma = None
+    if holding:
+        a, b = max(holding, key=lambda ab: ab[1] - ab[0])
+        loop_loads = sum(1 for k in kinds[a:b + 1] if k == "global_loads")
+        a, b = min(holding, key=lambda ab: ab[1] - ab[0])
+        body = [t for t in texts[a:b + 1] if not t.endswith(":")]
+        per_ffma = len(body) / sum(1 for k in kinds[a:b + 1] if k == "ffma")
+    return InstructionMix(**counts, loop_global_loads=loop_loads,
+                          inner_instructions_per_ffma=per_ffma)
 
 
 # ------------------------------------------------------------------------------- public face

@@ -315,6 +315,17 @@ def _hint_for(text: str) -> str | None:
     return None
 
 
+def _launch_bounds(ref: dict):
+    """The ``launch_bounds`` a workbook kernel was declared with (``@cuda.jit(launch_bounds=
+    ...)``: they change its register budget), or None."""
+    if "module" not in ref:
+        return None
+    import importlib
+
+    disp = getattr(importlib.import_module(ref["module"]), ref["name"])
+    return getattr(disp, "targetoptions", {}).get("launch_bounds")
+
+
 def _compile_one(job: dict) -> dict:
     from numba.core import types as nbtypes
     from numba.cuda import compile_ptx
@@ -327,7 +338,8 @@ def _compile_one(job: dict) -> dict:
         argtypes = tuple(eval(t, {"__builtins__": {}}, namespace)  # noqa: S307 - type names
                          for t in job["argtypes"])
         cc = (int(arch[3:-1]), int(arch[-1]))  # "sm_90" -> (9, 0)
-        ptx, _ = compile_ptx(fn, argtypes, cc=cc, lineinfo=True)
+        ptx, _ = compile_ptx(fn, argtypes, cc=cc, lineinfo=True,
+                             launch_bounds=_launch_bounds(ref))
     except Exception as exc:  # noqa: BLE001 - the compiler's verdict, reported
         text = re.sub(r" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
         filename = ref.get("filename")
@@ -351,7 +363,8 @@ def _compile_one(job: dict) -> dict:
     if lto:
         from numba.cuda import compile as compile_cuda
 
-        code, _ = compile_cuda(fn, argtypes, cc=cc, device=False, abi="numba", output="ltoir")
+        code, _ = compile_cuda(fn, argtypes, cc=cc, device=False, abi="numba", output="ltoir",
+                               launch_bounds=_launch_bounds(ref))
         code = bytes(code)
     else:
         code = ptx.encode()

@@ -17,7 +17,7 @@ from numba import cuda, float32
 
 from helpers.device import backend
 from helpers import compiled, compiler_worker, kernels
-from helpers.checks import lab1, lab2, lab6
+from helpers.checks import lab1, lab2, lab6, lab10
 from helpers.experiments import kernel_resources, memory_access
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,6 +34,8 @@ LAB_ARGTYPES = {
     "lab3_im2col": {"im2col_kernel": (F4, F2) + ("int64",) * 6,
                     "col2im_kernel": (F2, F4) + ("int64",) * 6},
     "lab6_transpose_and_occupancy": {"transpose_kernel": lab6.KERNEL_ARGTYPES},
+    "lab10_blocktiling": {"gemm_blocktile_1d_kernel": lab10.KERNEL_ARGTYPES,
+                          "gemm_blocktile_2d_kernel": lab10.KERNEL_ARGTYPES},
 }
 
 
@@ -306,3 +308,14 @@ def test_sass_shows_the_float64_add_the_gpu_would_run():
         pytest.skip("cuobjdump and nvdisasm are not installed here (Linux installs them)")
     assert "DADD" in bad.sass and "DADD" not in good.sass
     assert "FADD" in good.sass
+
+
+def test_the_instruction_mix_counts_block_barriers_only():
+    """``cuda.syncthreads()`` is ``bar.sync 0`` (``barrier.sync`` in newer PTX), the
+    ``syncthreads_count`` family ``bar.red``; ``cuda.syncwarp()`` (``bar.warp.sync``) waits for
+    a warp, not the block, and is not counted."""
+    ptx = "\n".join(["\tbar.sync \t0;", "\tbarrier.sync.aligned \t0;",
+                     "\tbar.red.popc.u32 \t%r1, 0, %p1;", "\tbar.warp.sync \t-1;",
+                     "\t@%p2 bar.sync \t0;", "\tfma.rn.f32 \t%f1, %f2, %f3, %f1;"])
+    mix = compiled.instruction_mix(ptx)
+    assert mix.barriers == 4 and mix.ffma == 1
