@@ -1,18 +1,16 @@
 """Unrolling: im2col turns the convolution into one GEMM; col2im maps gradients back.
 
-The study's second strategy (Caffe, Torch-cunn, Theano-CorrMM, cuDNN; its Section II-B, and
-Section V-A with Figure 4, where GEMM takes 80-87 % of the time and im2col/col2im most of the
-rest); notebook 04 teaches it. ``im2col`` copies every input window into one column of
-``cols: (C*R*S, N*P*Q)`` (zeros in the padding); the filters as ``(K, C*R*S)`` times ``cols`` are
-the output as ``(K, N*P*Q)``. Backward: ``dW = dY @ cols^T``, ``dcols = W^T @ dY``, then
-``col2im`` sums each column's entries back onto their input elements (by gathering, so no
-atomics). The buffer, ``C*R*S*N*P*Q*4`` bytes (:func:`workspace_bytes`), is up to R*S times
-the input.
-
-GEMM: ``gemm="torch"`` (strategy ``im2col-gemm``) calls cuBLAS, or BLAS on the CPU, through
-``torch.matmul`` on zero-copy views of the arrays our Numba kernels wrote; ``gemm="tiled"``
-(``im2col-tiled``) calls our shared-memory kernel from :mod:`helpers.conv.gemm`. On the CPU,
-im2col is a strided view (:func:`im2col_cpu`) and col2im R*S slice additions (:func:`col2im_cpu`).
+The study's second strategy (Section II-B; Section V-A and Figure 4: GEMM 80-87 % of the time,
+im2col/col2im most of the rest); notebook 04 teaches it. ``im2col`` copies every input window
+into one column of ``cols: (C*R*S, N*P*Q)`` (zeros in the padding); the filters as
+``(K, C*R*S)`` times ``cols`` are the output as ``(K, N*P*Q)``. Backward: ``dW = dY @ cols^T``,
+``dcols = W^T @ dY``, then ``col2im`` gathers each input element's copies (no atomics). The
+buffer, ``C*R*S*N*P*Q*4`` bytes (:func:`workspace_bytes`), is up to R*S times the input.
+GEMM: ``gemm="torch"`` (``im2col-gemm``) is cuBLAS (BLAS on the CPU) through ``torch.matmul``;
+``gemm="tiled"`` (``im2col-tiled``) the top of our ladder (:mod:`helpers.conv.gemm`), split-K
+for dW. CUDA kernels: :func:`im2col_window_kernel`, :func:`col2im_window_kernel`; the
+one-thread-per-entry :func:`im2col_kernel`, :func:`col2im_kernel` are kept for teaching. CPU:
+a strided view (:func:`im2col_cpu`) and R*S slice additions (:func:`col2im_cpu`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, float32
+from numba import cuda, float32, int64, uint32
 
 from helpers.conv import gemm as our_gemm
 from helpers.conv.config import ConvConfig
@@ -35,8 +33,10 @@ from helpers.device.arrays import (
     poisoned,
 )
 
-__all__ = ["im2col_kernel", "col2im_kernel", "im2col", "col2im", "im2col_cpu", "col2im_cpu",
-           "im2col_sources", "forward", "backward", "workspace_bytes", "supports", "THREADS"]
+__all__ = ["im2col_kernel", "col2im_kernel", "im2col_window_kernel", "col2im_window_kernel",
+           "im2col", "col2im", "im2col_first", "col2im_first", "im2col_cpu", "col2im_cpu",
+           "im2col_sources", "forward", "backward", "workspace_bytes", "supports", "THREADS",
+           "TILED_RUNG", "launcher"]
 
 
 # ------------------------------------------------------------------------------ CUDA kernels
@@ -95,50 +95,163 @@ def col2im_kernel(dcols, dx, p_, q_, sh, sw, ph, pw, r_, s_, dil_h, dil_w):
     dx[n, c, hi, wi] = acc
 
 
-THREADS = 128  #: threads per block of im2col_kernel and col2im_kernel
+@cuda.jit
+def im2col_window_kernel(x, cols, c_, h_, w_, p_, q_, r_, s_, sh, sw, ph, pw, dil_h, dil_w):
+    """One thread per window (n, c, p, q): it writes that window's R*S entries of cols.
+
+    x: (N*C*H*W,) and cols: (C*R*S*N*P*Q,) flat float32 views of x (N, C, H, W) and cols
+    (C*R*S, N*P*Q); sizes int64. Grid (ceil(P*Q / THREADS), C, N): block y is the channel,
+    z the image, so the only division left is ``pq -> (p, q)``, in 32 bits (``div.u32``).
+    The taps are walked by additions: the next input row is ``+ dil_h * W``, the next row of
+    cols ``+ N*P*Q``. A warp's 32 threads hold 32 consecutive columns of cols, so each of its
+    R*S stores writes 128 contiguous bytes: the kernel moves the bytes cols holds, plus x.
+    """
+    pq = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c, n = cuda.blockIdx.y, cuda.blockIdx.z
+    if pq >= p_ * q_:
+        return
+    p = int64(uint32(pq) // uint32(q_))              # 32-bit: one division per thread
+    q = pq - p * q_
+    npq = cuda.gridDim.z * p_ * q_                   # columns of cols: N*P*Q
+    out = c * r_ * s_ * npq + n * p_ * q_ + pq       # cols[(c*R + 0)*S + 0, (n*P + p)*Q + q]
+    plane = (n * c_ + c) * h_ * w_                   # x[n, c, 0, 0]
+    hi = p * sh - ph                                 # the window's first input row and column
+    wi0 = q * sw - pw
+    for r in range(r_):
+        inside_h = hi >= 0 and hi < h_
+        row = plane + hi * w_
+        wi = wi0
+        for s in range(s_):
+            v = float32(0.0)                         # the zero padding
+            if inside_h and wi >= 0 and wi < w_:
+                v = x[row + wi]
+            cols[out] = v
+            out += npq                               # the next tap's row of cols
+            wi += dil_w
+        hi += dil_h
+
+
+@cuda.jit
+def col2im_window_kernel(dcols, dx, c_, h_, w_, p_, q_, r_, s_, sh, sw, ph, pw, dil_h, dil_w):
+    """One thread per input element dx[n, c, h, w]: the sum of the dcols entries im2col copied
+    from it, found without 64-bit division.
+
+    dcols: (C*R*S*N*P*Q,), dx: (N*C*H*W,) flat float32; sizes int64. Grid (ceil(H*W /
+    THREADS), C, N). Tap (r, s) read x[n, c, h, w] from window (p, q) when ``p*sh = h + ph -
+    r*dil_h`` (likewise q): with stride 1 that is p itself; otherwise one 32-bit division and
+    a check that it was exact. Consecutive threads hold consecutive w, so for stride 1 a warp
+    reads consecutive columns of dcols (coalesced) and writes consecutive elements of dx.
+    """
+    hw = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c, n = cuda.blockIdx.y, cuda.blockIdx.z
+    if hw >= h_ * w_:
+        return
+    h = int64(uint32(hw) // uint32(w_))              # 32-bit: one division per thread
+    w = hw - h * w_
+    npq = cuda.gridDim.z * p_ * q_
+    col0 = n * p_ * q_                               # dcols column of (n, 0, 0)
+    acc = float32(0.0)
+    t = h + ph                                       # = p*sh + r*dil_h for every tap that reads
+    row = c * r_ * s_ * npq                          # dcols row (c, r, 0), advanced below
+    for r in range(r_):
+        p = t
+        if sh != 1 and t >= 0:
+            p = int64(uint32(t) // uint32(sh))
+        if t >= 0 and p * sh == t and p < p_:
+            u = w + pw
+            entry = row + col0 + p * q_              # dcols[(c, r, 0), (n, p, 0)]
+            for s in range(s_):
+                q = u
+                if sw != 1 and u >= 0:
+                    q = int64(uint32(u) // uint32(sw))
+                if u >= 0 and q * sw == u and q < q_:
+                    acc += dcols[entry + q]
+                u -= dil_w
+                entry += npq                         # the next tap's row
+        t -= dil_h
+        row += s_ * npq
+    dx[((n * c_ + c) * h_ + h) * w_ + w] = acc
+
+
+THREADS = 128  #: threads per block of every im2col and col2im kernel
 
 
 def _launch(total: int, kernel: str) -> tuple[int, int]:
     return launch(total, THREADS, kernel)
 
 
+#: The GEMM rung ``gemm="tiled"`` (strategy ``im2col-tiled``) runs for its two NN products.
+TILED_RUNG = "autotuned"
+
+
+def _window_grid(cfg: ConvConfig, per_plane: int) -> tuple[int, int, int]:
+    """(ceil(per_plane / THREADS), C, N): the window kernels' grid."""
+    return (grid_for(per_plane, THREADS), cfg.c, cfg.n)
+
+
+def _window_args(cfg: ConvConfig) -> tuple:
+    return tuple(np.int64(v) for v in (cfg.c, cfg.h, cfg.w, cfg.p, cfg.q, cfg.r, cfg.s,
+                                       cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w,
+                                       cfg.dil_h, cfg.dil_w))
+
+
 def supports(cfg: ConvConfig, gemm: str = "torch") -> str | None:
     """None if every CUDA launch of the unrolling strategy fits the CUDA grid limits, else the
-    reason: im2col and col2im (1-D grids), and with ``gemm="tiled"`` our GEMM's grids (y
-    along the rows of C: K forward and for dW, C*R*S for dcols)."""
-    launches = [(grid_for(im2col_threads(cfg), THREADS), "im2col_kernel"),
-                (grid_for(math.prod(cfg.x_shape), THREADS), "col2im_kernel")]
+    reason: im2col and col2im (grids (ceil(P*Q or H*W / 128), C, N): C and N at most 65,535),
+    and with ``gemm="tiled"`` our GEMMs' grids (the forward and dcols products; split-K's
+    for dW)."""
+    launches = [(_window_grid(cfg, cfg.p * cfg.q), "im2col_window_kernel (grid: P*Q, C, N)"),
+                (_window_grid(cfg, cfg.h * cfg.w), "col2im_window_kernel (grid: H*W, C, N)")]
     for blocks, name in launches:
         reason = grid_refusal(blocks, name)
         if reason:
             return reason
     if gemm == "tiled":
-
-        npq = cfg.n * cfg.p * cfg.q
-        for m, n in ((cfg.k, npq), (cfg.c * cfg.r * cfg.s, npq), (cfg.k, cfg.c * cfg.r * cfg.s)):
+        crs, npq = cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q
+        for m, n, k in ((cfg.k, npq, crs), (crs, npq, cfg.k)):
             try:
-                our_gemm.launch_config(m, n)
+                our_gemm.rung_launch(our_gemm.rung(TILED_RUNG), m, n, k)
             except ValueError as exc:
                 return str(exc)
     return None
 
 
 def tiled_simulator_refusal(cfg: ConvConfig, backward: bool = False) -> str | None:
-    """Without a GPU, why one of the tiled GEMMs of ``cfg`` is too slow for the CUDA simulator
-    (:func:`helpers.conv.gemm.simulator_refusal`), else None. The GEMMs: forward
-    (K, CRS) x (CRS, NPQ); backward also dW (K, NPQ) x (NPQ, CRS) and dcols (CRS, K) x (K, NPQ).
-    """
+    """Without a GPU, why one of the GEMMs of ``im2col-tiled`` is too slow for the CUDA
+    simulator (:func:`helpers.conv.gemm.simulator_refusal`), else None. The GEMMs: forward
+    (K, CRS) x (CRS, NPQ); backward also dW (K, NPQ) x (NPQ, CRS) by split-K and dcols
+    (CRS, K) x (K, NPQ)."""
     crs, npq = cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q
     shapes = [(cfg.k, crs, npq)] + ([(cfg.k, npq, crs), (crs, cfg.k, npq)] if backward else [])
     for m, k, n in shapes:
-        reason = our_gemm.simulator_refusal(m, k, n, "tiled")
+        reason = our_gemm.simulator_refusal(m, k, n, TILED_RUNG)
         if reason:
             return reason
     return None
 
 
 def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """CUDA-path im2col: x (N, C, H, W) -> cols (C*R*S, N*P*Q), float32, on cuda_device()."""
+    """CUDA-path im2col (:func:`im2col_window_kernel`): x (N, C, H, W) -> cols (C*R*S,
+    N*P*Q), float32, on cuda_device(); cols is poisoned first unless timing switched it off."""
+    cols = poisoned((cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q), cuda_device())
+    im2col_window_kernel[_window_grid(cfg, cfg.p * cfg.q), THREADS](
+        kernel_array(x.reshape(-1)), kernel_array(cols.reshape(-1)), *_window_args(cfg))
+    return cols
+
+
+def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """CUDA-path col2im (:func:`col2im_window_kernel`): dcols (C*R*S, N*P*Q) -> dx (N, C, H,
+    W), summing every copy's gradient."""
+    dx = poisoned(cfg.x_shape, cuda_device())
+    col2im_window_kernel[_window_grid(cfg, cfg.h * cfg.w), THREADS](
+        kernel_array(dcols.contiguous().reshape(-1)), kernel_array(dx.reshape(-1)),
+        *_window_args(cfg))
+    return dx
+
+
+def im2col_first(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """im2col by the one-thread-per-entry :func:`im2col_kernel` (notebook 04's, and the
+    "before" of notebook 13): same result as :func:`im2col`."""
     cols = poisoned((cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q), cuda_device())
     im2col_kernel[_launch(cols.numel(), "im2col_kernel")](
         kernel_array(x), kernel_array(cols), cfg.p, cfg.q, cfg.stride_h, cfg.stride_w,
@@ -146,13 +259,49 @@ def im2col(x: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     return cols
 
 
-def col2im(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """CUDA-path col2im: dcols (C*R*S, N*P*Q) -> dx (N, C, H, W), summing overlapping windows."""
+def col2im_first(dcols: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
+    """col2im by :func:`col2im_kernel` (64-bit divisions per tap): same result as
+    :func:`col2im`."""
     dx = poisoned(cfg.x_shape, cuda_device())
     col2im_kernel[_launch(dx.numel(), "col2im_kernel")](
         kernel_array(dcols.contiguous()), kernel_array(dx), cfg.p, cfg.q, cfg.stride_h,
         cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s, cfg.dil_h, cfg.dil_w)
     return dx
+
+
+def launcher(kernel: str, src: torch.Tensor, dst: torch.Tensor, cfg: ConvConfig):
+    """A call that launches one im2col or col2im kernel into ``dst`` and does nothing else
+    (what a benchmark times: no allocation, poisoning or conversion).
+
+    Args:
+        kernel: ``"im2col_window_kernel"``, ``"im2col_kernel"`` (src x, dst cols) or
+            ``"col2im_window_kernel"``, ``"col2im_kernel"`` (src dcols, dst dx).
+        src, dst: contiguous float32 tensors on :func:`cuda_device` of the kernel's shapes.
+        cfg: the layer.
+
+    Raises:
+        ValueError: an unknown kernel, or shapes that are not the layer's.
+    """
+    cols_shape = (cfg.c * cfg.r * cfg.s, cfg.n * cfg.p * cfg.q)
+    im2col_side = kernel.startswith("im2col")
+    want = (cfg.x_shape, cols_shape) if im2col_side else (cols_shape, cfg.x_shape)
+    if (tuple(src.shape), tuple(dst.shape)) != tuple(tuple(w) for w in want):
+        raise ValueError(f"{kernel} takes {want[0]} -> {want[1]} for this layer, got "
+                         f"{tuple(src.shape)} -> {tuple(dst.shape)}")
+    if kernel in ("im2col_window_kernel", "col2im_window_kernel"):
+        fn = (im2col_window_kernel if im2col_side else col2im_window_kernel)[
+            _window_grid(cfg, cfg.p * cfg.q if im2col_side else cfg.h * cfg.w), THREADS]
+        args = (kernel_array(src.reshape(-1)), kernel_array(dst.reshape(-1)),
+                *_window_args(cfg))
+    elif kernel in ("im2col_kernel", "col2im_kernel"):
+        fn = (im2col_kernel if im2col_side else col2im_kernel)[
+            _launch(dst.numel(), kernel)]
+        args = (kernel_array(src), kernel_array(dst), cfg.p, cfg.q, cfg.stride_h,
+                cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.r, cfg.s, cfg.dil_h, cfg.dil_w)
+    else:
+        raise ValueError(f"kernel must be im2col_window_kernel, im2col_kernel, "
+                         f"col2im_window_kernel or col2im_kernel, got {kernel!r}")
+    return lambda: fn(*args)
 
 
 # ---------------------------------------------------------------------------------- CPU
@@ -232,8 +381,7 @@ def _matmul(gemm: str):
     if gemm == "torch":
         return torch.matmul
     if gemm == "tiled":
-
-        return lambda a, b: our_gemm.gemm(a.contiguous(), b.contiguous(), kernel="tiled")
+        return lambda a, b: our_gemm.gemm(a.contiguous(), b.contiguous(), kernel=TILED_RUNG)
     raise ValueError(f"gemm must be 'torch' or 'tiled', got {gemm!r}")
 
 
@@ -249,13 +397,15 @@ def forward(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str,
 
 def backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig, device: str,
              gemm: str = "torch"):
-    """dW = dY @ cols^T; dx = col2im(W^T @ dY), with dY = dy as (K, N*P*Q)."""
+    """dW = dY @ cols^T; dx = col2im(W^T @ dY), with dY = dy as (K, N*P*Q). With
+    ``gemm="tiled"`` dW is our split-K product (:func:`helpers.conv.gemm.gemm_nt`)."""
     mm = _matmul(gemm)
     with phase("im2col"):
         cols = im2col_cpu(x, cfg) if device == "cpu" else im2col(x, cfg)
     dy2 = dy.permute(1, 0, 2, 3).reshape(cfg.k, -1)
-    with phase("GEMM (dw)"):
-        dw = mm(dy2, cols.t()).reshape(cfg.w_shape)
+    with phase("GEMM (dw)"):  # ours: split-K, reading cols along its rows (no transposed copy)
+        dw = (our_gemm.gemm_nt(dy2, cols) if gemm == "tiled" else mm(dy2, cols.t()))
+        dw = dw.reshape(cfg.w_shape)
     with phase("GEMM (dcols)"):
         dcols = mm(w.reshape(cfg.k, -1).t(), dy2)
     with phase("col2im"):
