@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import math
 import sys
 
 from helpers import compiled
 from helpers.conv import depthwise, direct, gemm, unroll, winograd
+from helpers.conv.gemm import splitk
 
 __all__ = ["KernelSpec", "KERNELS", "BEFORE_KERNELS", "spec", "compiled_table", "format_table",
-           "main"]
+           "ladder_table", "main"]
 
 _F1, _F2, _F3 = "float32[::1]", "float32[:, ::1]", "float32[:, :, ::1]"
 _F4 = "float32[:, :, :, ::1]"
@@ -60,6 +62,11 @@ KERNELS: list[KernelSpec] = [
                (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("direct_dw_kernel", "helpers.conv.direct", "direct-naive", direct.THREADS,
                (_F4, _F4, _F4) + (_I,) * 6),
+    *[KernelSpec(name, "helpers.conv.direct", "direct-tiled", launch.threads,
+                 (_F1, _F1, _F1) + (_I,) * len(launch.args))
+      for name, launch in direct.EXAMPLE_LAUNCHES.items()],
+    KernelSpec("direct_dw_reduce_kernel", "helpers.conv.direct", "direct-tiled",
+               direct.backward.REDUCE_THREADS, (_F1, _F1, _I, _I)),
     KernelSpec("depthwise_naive_kernel", "helpers.conv.depthwise", "direct-naive",
                depthwise.THREADS, (_F4, _F4, _F4) + (_I,) * 6),
     KernelSpec("depthwise_tiled_kernel", "helpers.conv.depthwise", "direct-tiled",
@@ -79,8 +86,21 @@ KERNELS: list[KernelSpec] = [
     *[KernelSpec(name, "helpers.conv.winograd", "winograd", winograd.THREADS,
                  (_F3,) + (_I,) * 4 + (_F4,))
       for name in ("output_transform_kernel", "dw_output_kernel")],
-    KernelSpec("gemm_naive_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
-    KernelSpec("gemm_tiled_kernel", "helpers.conv.gemm", "im2col-tiled", gemm.TILE ** 2, (_F2,) * 3),
+    KernelSpec("im2col_window_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
+               (_F1, _F1) + (_I,) * 13),
+    KernelSpec("col2im_window_kernel", "helpers.conv.unroll", "im2col-gemm", unroll.THREADS,
+               (_F1, _F1) + (_I,) * 13),
+    *[KernelSpec(r.kernel_name, r.module, "im2col-tiled", math.prod(r.threads),
+                 (_F1,) * 3 + (_I,) * (5 if r.number >= 6 else 3) if r.flat else (_F2,) * 3)
+      for r in gemm.RUNGS],
+    KernelSpec("gemm_vectorized_edges_kernel", "helpers.conv.gemm.rung6_vectorized",
+               "im2col-tiled", gemm.RUNGS[5].threads[0], (_F1,) * 3 + (_I,) * 5),
+    KernelSpec("gemm_autotuned_edges_kernel", "helpers.conv.gemm.rung7_autotuned",
+               "im2col-tiled", gemm.RUNGS[6].threads[0], (_F1,) * 3 + (_I,) * 5),
+    KernelSpec("gemm_nt_splitk_kernel", "helpers.conv.gemm.splitk", "im2col-tiled",
+               splitk.THREADS, (_F1,) * 3 + (_I,) * 4),
+    KernelSpec("gemm_splitk_reduce_kernel", "helpers.conv.gemm.splitk", "im2col-tiled", 256,
+               (_F1,) * 2 + (_I,) * 2),
     KernelSpec("relu_kernel", "helpers.elementwise", "elementwise", 256, (_F1, _F1)),
     KernelSpec("relu_grid_stride_kernel", "helpers.elementwise", "elementwise", 256,
                (_F1, _F1)),
@@ -160,6 +180,46 @@ def compiled_table(targets=compiled.DEFAULT_TARGETS,
                      "active_warps": occ.active_warps, "max_warps": occ.limits.max_warps,
                      "occupancy_pct": round(100 * occ.occupancy, 1), "limiter": occ.limiter,
                      "compiler": result.compiler})
+    return rows
+
+
+def ladder_table(target: str = "sm_90") -> list[dict]:
+    """What the real compiler makes of each rung of the GEMM ladder (:data:`helpers.conv.gemm.RUNGS`)
+    for one target: the numbers notebook 13 prints beside each rung.
+
+    Returns:
+        One dict per rung: ``rung, name, title, threads_per_block, regs_per_thread,
+        smem_per_block, spill_bytes, fp64_instructions, occupancy_pct, ffma, shared_loads,
+        global_loads, vector_loads`` (static PTX counts), ``ffma_per_shared_load`` (PTX ratio;
+        None without shared memory) and ``ffma_per_global_load``: for the naive rungs the PTX
+        ratio (one loop holds both), for the tiled rungs the FMAs a thread does per step of its
+        block along K (from the tile sizes) over the global load instructions of that step (the
+        PTX's loads inside the loop along K); ``instructions_per_ffma``: PTX instructions per
+        FFMA in the innermost loop that holds FFMAs (what each FMA costs in issue slots).
+
+    Raises:
+        CompilerUnavailable: no compiler here. ValueError: an unknown target.
+    """
+    specs = {s.name: s for s in KERNELS}
+    jobs = [compiled.Job(specs[r.kernel_name].dispatcher(), specs[r.kernel_name].argtypes,
+                         target) for r in gemm.RUNGS]
+    rows = []
+    for r, res in zip(gemm.RUNGS, compiled.compile_many(jobs)):
+        if isinstance(res, compiled.CompileError):
+            raise res
+        mix, threads = res.mix, math.prod(r.threads)
+        per_global = (r.tile_fmas / mix.loop_global_loads if r.tile_fmas else
+                      mix.ffma / mix.global_loads)
+        rows.append({"rung": r.number, "name": r.name, "title": r.title,
+                     "threads_per_block": threads, "regs_per_thread": res.regs_per_thread,
+                     "smem_per_block": res.smem_per_block, "spill_bytes": res.spill_bytes,
+                     "fp64_instructions": res.fp64_count,
+                     "occupancy_pct": round(100 * res.occupancy(threads).occupancy, 1),
+                     "ffma": mix.ffma, "shared_loads": mix.shared_loads,
+                     "global_loads": mix.global_loads, "vector_loads": mix.vector_loads,
+                     "ffma_per_shared_load": mix.ffma_per_shared_load,
+                     "ffma_per_global_load": per_global,
+                     "instructions_per_ffma": mix.inner_instructions_per_ffma})
     return rows
 
 

@@ -182,14 +182,16 @@ def test_tiled_grid_fits_the_cuda_limits_where_the_old_one_overflowed():
     too_many_images = config_for((65_536, 1, 3, 3), (1, 1, 3, 3))
     reason = direct.tiled_supports(too_many_images)
     assert reason is not None and "grid z" in reason and "65,535" in reason
-    too_many_filters = config_for((1, 1, 3, 3), (65_536, 1, 3, 3))
+    # the register-blocked kernel puts K / 32 on grid y: up to 32 * 65,535 filters
+    assert direct.tiled_supports(config_for((1, 1, 3, 3), (32 * 65_535, 1, 3, 3))) is None
+    too_many_filters = config_for((1, 1, 3, 3), (32 * 65_535 + 1, 1, 3, 3))
     assert "grid y" in direct.tiled_supports(too_many_filters)
 
 
 def test_strategies_refuse_an_oversized_grid_before_launching():
     from helpers import conv
 
-    cfg = conv.config_for((1, 1, 3, 3), (65_536, 1, 3, 3))
+    cfg = conv.config_for((1, 1, 3, 3), (32 * 65_535 + 1, 1, 3, 3))  # K / 32 on grid y
     assert "grid y" in conv.STRATEGIES["direct-tiled"].supports(cfg, "cuda")
     with pytest.raises(ValueError, match="grid y"):
         direct.forward_tiled(None, None, cfg)  # refused before touching the tensors

@@ -63,8 +63,8 @@ def test_import_linter_contracts_hold():
     ("helpers/device/timing.py", "from helpers.figures import style", "helpers.device.timing -> "
                                                                       "helpers.figures.style"),
     # a strategy may not reach up into an experiment
-    ("helpers/conv/direct.py", "from helpers.experiments import sweep", "helpers.conv.direct -> "
-                                                                        "helpers.experiments"),
+    ("helpers/conv/direct/__init__.py", "from helpers.experiments import sweep",
+     "helpers.conv.direct -> helpers.experiments"),
     # a compute module may not need plotly
     ("helpers/experiments/sweep.py", "import plotly.graph_objects", "helpers.experiments.sweep"
                                                                      " -> plotly"),

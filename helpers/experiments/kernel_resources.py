@@ -25,6 +25,7 @@ from numba import cuda
 from helpers import elementwise as ew
 from helpers import occupancy, results
 from helpers.conv import config_for, depthwise, direct, gemm, unroll, winograd
+from helpers.conv.gemm import KERNELS as GEMM_KERNELS
 from helpers.device import backend
 from helpers.device.arrays import cuda_device, to_torch
 from helpers.device.progress import time_limit_status, time_up
@@ -62,18 +63,22 @@ def _launch_every_kernel(deadline: float | None = None) -> int:
     x, w = to_torch(x_np, dev), to_torch(w_np, dev)
     dy = to_torch(rng.standard_normal(cfg.y_shape, dtype=np.float32), dev)
     a = rng.standard_normal((20, 12), dtype=np.float32)
+    # 132 x 136 x 8 (multiples of 4): whole 128 x 128 tiles and edges, so rungs 6 and 7 launch
+    # both their fast and their guarded kernel
+    big = rng.standard_normal((132, 8), dtype=np.float32)
+    big_b = rng.standard_normal((8, 136), dtype=np.float32)
     v = rng.standard_normal(64, dtype=np.float32)  # notebook 01's kernels, through its wrappers
     launches = (
-        lambda: direct.forward_naive(x, w, cfg),
-        lambda: direct.forward_tiled(x, w, cfg),
-        lambda: direct.backward_cuda(x, w, dy, cfg),
+        lambda: direct.launch_every_kernel(),          # the first kernels and the new ones
         lambda: winograd.backward(x, w, dy, cfg, "cuda"),  # all six of its kernels
         lambda: depthwise.forward_tiled(x, w[:, :1].contiguous(), dw_cfg),
         lambda: depthwise.backward_cuda(x, w[:, :1].contiguous(), dy, dw_cfg),
         lambda: depthwise.forward_naive(x, w[:, :1].contiguous(), dw_cfg),
-        lambda: unroll.col2im(unroll.im2col(x, cfg), cfg),
-        lambda: gemm.gemm(a, a.T.copy(), "naive"),
-        lambda: gemm.gemm(a, a.T.copy(), "tiled"),
+        lambda: unroll.col2im(unroll.im2col(x, cfg), cfg),               # window kernels
+        lambda: unroll.col2im_first(unroll.im2col_first(x, cfg), cfg),   # the first ones
+        *[lambda name=name: gemm.gemm(a, a.T.copy(), name) for name in GEMM_KERNELS[:5]],
+        *[lambda name=name: gemm.gemm(big, big_b, name) for name in GEMM_KERNELS[5:]],
+        lambda: gemm.gemm_nt(torch.from_numpy(a), torch.from_numpy(a)),  # split-K + reduction
         lambda: ew.relu(v),
         lambda: ew.relu(v, grid_stride_blocks=1),
         lambda: ew.saxpy(2.0, v, v),

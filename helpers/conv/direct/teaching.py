@@ -1,18 +1,13 @@
-"""Direct convolution: slide the filter over the input, a dot product at every output position.
+"""The first direct-convolution kernels, kept for the notebooks that teach from them.
 
-The study's first strategy (cuda-convnet2, its Section II-B). CPU: Numba ``njit(parallel=True)``
-loops over (image, filter) pairs. CUDA ``direct-naive``: one thread per output element
-``y[n, k, p, q]``, reading its C x R x S window from global memory. CUDA ``direct-tiled``: a
-block computes a ``TILE x TILE`` tile of one output plane; per channel it copies the input
-patch the tile needs (halo included) into shared memory between two barriers, so each input
-element is read from global memory once per block instead of up to R*S times; filters up to
-``MAX_KERNEL``, strides up to ``MAX_STRIDE`` (:func:`tiled_supports`). Backward (shared by both
-CUDA strategies and written the same on the CPU): ``dx`` by one thread per input element
-gathering every (k, r, s) that reads it (no atomics), ``dw`` by one thread per filter element.
-``python -m helpers.kernels`` shows each kernel's registers and occupancy.
-
-Shapes (cuDNN paper): x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q); float32 tensors from
-:mod:`helpers.device.arrays` (zero-copy views handed to the kernels).
+``direct_naive_kernel`` (one thread per output element, the ``direct-naive`` strategy's
+forward); ``direct_tiled_kernel`` (a TILE x TILE output tile of one filter per block, the input
+patch in shared memory: notebooks 03 and 07 read it line by line); the first backward kernels
+``direct_dx_kernel`` (one thread per input element, gathering) and ``direct_dw_kernel`` (one
+thread per filter element, reducing N*P*Q terms serially), which the backward still runs where
+the register-blocked kernels refuse; the "before" versions of notebooks 03 and 07; and the
+counts a picture draws (:func:`window_reads`, :func:`tile_traffic`). Shapes (cuDNN paper):
+x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q), float32. Source: the study's Section II-B.
 """
 
 from __future__ import annotations
@@ -21,120 +16,21 @@ import dataclasses
 import math
 
 import numpy as np
-import torch
-from numba import cuda, float32, njit, prange
+from numba import cuda, float32
 
-from helpers.conv import depthwise
 from helpers.conv.config import ConvConfig
-from helpers.conv.phases import phase
-from helpers.device.arrays import cuda_device, grid_for, grid_refusal, kernel_array, poisoned
+from helpers.device.arrays import grid_for
 
-__all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "THREADS", "forward_cpu", "backward_cpu",
-           "forward_naive", "forward_tiled", "backward_cuda", "naive_supports", "tiled_supports",
-           "window_reads", "TileTraffic", "tile_traffic", "TILED_SHARED_BYTES",
-           "direct_tiled_kernel_first", "direct_naive_kernel_float64"]
+__all__ = ["TILE", "MAX_KERNEL", "MAX_STRIDE", "IN_TILE", "THREADS", "TILED_SHARED_BYTES",
+           "direct_naive_kernel", "direct_tiled_kernel", "direct_dx_kernel", "direct_dw_kernel",
+           "direct_tiled_kernel_first", "direct_naive_kernel_float64", "window_reads",
+           "TileTraffic", "tile_traffic"]
 
 TILE = 8          #: output tile edge of the tiled kernel (threads per block = TILE * TILE)
 MAX_KERNEL = 11   #: largest R and S the tiled kernel's shared input tile is sized for
 MAX_STRIDE = 3    #: largest stride its shared input tile is sized for
 IN_TILE = (TILE - 1) * MAX_STRIDE + MAX_KERNEL  #: shared input tile edge (with halo)
 THREADS = 128     #: threads per block of the one-thread-per-element kernels
-
-
-# ------------------------------------------------------------------------------------- CPU
-
-
-@njit(parallel=True, cache=True)
-def _forward_cpu(x, w, y, sh, sw, ph, pw, dil_h, dil_w):
-    n_, c_, h_, w_ = x.shape
-    k_, _, r_, s_ = w.shape
-    p_, q_ = y.shape[2], y.shape[3]
-    for nk in prange(n_ * k_):
-        n, k = nk // k_, nk % k_
-        for p in range(p_):
-            for q in range(q_):
-                acc = np.float32(0.0)
-                for c in range(c_):
-                    for r in range(r_):
-                        hi = p * sh + r * dil_h - ph
-                        if hi < 0 or hi >= h_:
-                            continue
-                        for s in range(s_):
-                            wi = q * sw + s * dil_w - pw
-                            if 0 <= wi < w_:
-                                acc += x[n, c, hi, wi] * w[k, c, r, s]
-                y[n, k, p, q] = acc
-
-
-@njit(parallel=True, cache=True)
-def _backward_dx_cpu(w, dy, dx, sh, sw, ph, pw, dil_h, dil_w):
-    n_, c_, h_, w_ = dx.shape
-    k_, _, r_, s_ = w.shape
-    p_, q_ = dy.shape[2], dy.shape[3]
-    for nc in prange(n_ * c_):
-        n, c = nc // c_, nc % c_
-        for hi in range(h_):
-            for wi in range(w_):
-                acc = np.float32(0.0)
-                for r in range(r_):
-                    t = hi + ph - r * dil_h  # = p * sh for the output row p that reads (hi, r)
-                    if t < 0 or t % sh != 0 or t // sh >= p_:
-                        continue
-                    p = t // sh
-                    for s in range(s_):
-                        u = wi + pw - s * dil_w
-                        if u < 0 or u % sw != 0 or u // sw >= q_:
-                            continue
-                        q = u // sw
-                        for k in range(k_):
-                            acc += dy[n, k, p, q] * w[k, c, r, s]
-                dx[n, c, hi, wi] = acc
-
-
-@njit(parallel=True, cache=True)
-def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw, dil_h, dil_w):
-    n_, c_, h_, w_ = x.shape
-    k_, _, r_, s_ = dw.shape
-    p_, q_ = dy.shape[2], dy.shape[3]
-    for kc in prange(k_ * c_):
-        k, c = kc // c_, kc % c_
-        for r in range(r_):
-            for s in range(s_):
-                acc = np.float32(0.0)
-                for n in range(n_):
-                    for p in range(p_):
-                        hi = p * sh + r * dil_h - ph
-                        if hi < 0 or hi >= h_:
-                            continue
-                        for q in range(q_):
-                            wi = q * sw + s * dil_w - pw
-                            if 0 <= wi < w_:
-                                acc += x[n, c, hi, wi] * dy[n, k, p, q]
-                dw[k, c, r, s] = acc
-
-
-def forward_cpu(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """Direct convolution on the CPU (Numba, parallel over N*K). CPU float32 tensors in and out."""
-    y = poisoned(cfg.y_shape, torch.device("cpu"))
-    with phase("direct (y)"):
-        _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h,
-                     cfg.pad_w, cfg.dil_h, cfg.dil_w)
-    return y
-
-
-def backward_cpu(x, w, dy, cfg: ConvConfig):
-    """(dx, dw) on the CPU with the gather loops described in the module docstring."""
-    dx = poisoned(cfg.x_shape, torch.device("cpu"))
-    dw = poisoned(cfg.w_shape, torch.device("cpu"))
-    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.dil_h, cfg.dil_w)
-    with phase("direct (dx)"):
-        _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
-    with phase("direct (dw)"):
-        _backward_dw_cpu(x.numpy(), dy.numpy(), dw.numpy(), *args)
-    return dx, dw
-
-
-# ------------------------------------------------------------------------------------ CUDA
 
 
 @cuda.jit
@@ -277,98 +173,6 @@ def _naive_grids(cfg: ConvConfig) -> dict[str, int]:
     return {"direct_naive_kernel": grid_for(math.prod(cfg.y_shape), THREADS),
             "direct_dx_kernel": grid_for(math.prod(cfg.x_shape), THREADS),
             "direct_dw_kernel": grid_for(math.prod(cfg.w_shape), THREADS)}
-
-
-def naive_supports(cfg: ConvConfig) -> str | None:
-    """None if every 1-D launch of ``direct-naive`` (and of the backward kernels both direct
-    strategies share) fits the CUDA grid limits, else the reason; a depthwise layer is
-    answered by :func:`helpers.conv.depthwise.naive_supports`."""
-    if depthwise.is_depthwise(cfg):
-        return depthwise.naive_supports(cfg)
-    for name, blocks in _naive_grids(cfg).items():
-        reason = grid_refusal(blocks, name)
-        if reason:
-            return reason
-    return None
-
-
-def tiled_supports(cfg: ConvConfig) -> str | None:
-    """None if the tiled kernel's fixed shared array fits ``cfg`` and its grid (tiles, K, N)
-    and the backward launches fit the CUDA grid limits (y and z at most 65,535), else the
-    reason; a depthwise layer by :func:`helpers.conv.depthwise.tiled_supports`."""
-    if depthwise.is_depthwise(cfg):
-        return depthwise.tiled_supports(cfg)
-    if cfg.r_extent > MAX_KERNEL or cfg.s_extent > MAX_KERNEL:
-        spans = (f" dilated by {cfg.dil_h, cfg.dil_w}, spanning {cfg.r_extent}x{cfg.s_extent}"
-                 if (cfg.dil_h, cfg.dil_w) != (1, 1) else "")
-        return (f"direct-tiled sizes its shared input tile for filters spanning up to "
-                f"{MAX_KERNEL}x{MAX_KERNEL}; this kernel is {cfg.r}x{cfg.s}{spans}")
-    if cfg.stride_h > MAX_STRIDE or cfg.stride_w > MAX_STRIDE:
-        return (f"direct-tiled sizes its shared input tile for strides up to {MAX_STRIDE}; "
-                f"this stride is {cfg.stride_h, cfg.stride_w}")
-    reason = grid_refusal(_tiled_grid(cfg), "direct_tiled_kernel (grid: tiles, K, N)")
-    return reason or naive_supports(cfg)
-
-
-def _args(cfg):
-    return tuple(np.int64(v) for v in (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w,
-                                       cfg.dil_h, cfg.dil_w))
-
-
-def _refuse(reason: str | None) -> None:
-    if reason:
-        raise ValueError(reason)
-
-
-def forward_naive(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """``direct-naive`` forward on the CUDA path (GPU or simulator); tensors on cuda_device().
-
-    Raises:
-        ValueError: a launch beyond the CUDA grid limits (:func:`naive_supports`).
-    """
-    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
-        return depthwise.forward_naive(x, w, cfg)
-    _refuse(naive_supports(cfg))
-    y = poisoned(cfg.y_shape, cuda_device())
-    with phase("direct (y)"):
-        direct_naive_kernel[_naive_grids(cfg)["direct_naive_kernel"], THREADS](
-            kernel_array(x), kernel_array(w), kernel_array(y), *_args(cfg))
-    return y
-
-
-def forward_tiled(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """``direct-tiled`` forward on the CUDA path; see :func:`tiled_supports` for its limits.
-
-    Raises:
-        ValueError: a configuration :func:`tiled_supports` refuses, with its reason.
-    """
-    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
-        return depthwise.forward_tiled(x, w, cfg)
-    _refuse(tiled_supports(cfg))
-    y = poisoned(cfg.y_shape, cuda_device())
-    dims = (cfg.c, cfg.h, cfg.w, cfg.k, cfg.r, cfg.s, cfg.p, cfg.q)
-    with phase("direct tiled (y)"):
-        direct_tiled_kernel[_tiled_grid(cfg), (TILE, TILE)](
-            kernel_array(x.reshape(-1)), kernel_array(w.reshape(-1)), kernel_array(y.reshape(-1)),
-            *(np.int64(d) for d in dims), *_args(cfg))
-    return y
-
-
-def backward_cuda(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, cfg: ConvConfig):
-    """(dx, dw) on the CUDA path with the gather kernels (shared by both direct strategies)."""
-    if depthwise.is_depthwise(cfg):  # groups = C: the depthwise kernels
-        return depthwise.backward_cuda(x, w, dy, cfg)
-    _refuse(naive_supports(cfg))
-    dx = poisoned(cfg.x_shape, cuda_device())
-    dw = poisoned(cfg.w_shape, cuda_device())
-    grids = _naive_grids(cfg)
-    with phase("direct (dx)"):
-        direct_dx_kernel[grids["direct_dx_kernel"], THREADS](
-            kernel_array(w), kernel_array(dy), kernel_array(dx), *_args(cfg))
-    with phase("direct (dw)"):
-        direct_dw_kernel[grids["direct_dw_kernel"], THREADS](
-            kernel_array(x), kernel_array(dy), kernel_array(dw), *_args(cfg))
-    return dx, dw
 
 
 # ------------------------------------------ for teaching: one thread's window, a tile's traffic
