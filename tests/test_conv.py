@@ -14,8 +14,6 @@ from helpers.conv import STRATEGIES, ConvConfig, conv2d, conv2d_backward, simula
 
 from helpers.conv import check as ref
 
-TOL = {"fft": 1e-3}
-
 
 #: What a strategy accepts beyond any shape (its ``supports``), so that the generator draws
 #: those cases instead of filtering most draws away: Winograd F(2x2, 3x3) takes 3 x 3, stride 1.
@@ -48,7 +46,9 @@ def _rel(got, expected) -> float:
     return float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
 
 
-CASES = [(name, device) for name, s in STRATEGIES.items() for device in s.devices]
+#: Every (strategy, device) that can run here: reference-tf32 needs a GPU with TF32.
+CASES = [(name, device) for name, s in STRATEGIES.items() for device in s.devices
+         if s.unavailable(device) is None]
 # Shared-memory kernels run a Python thread per CUDA thread with real barriers in the
 # simulator: an order of magnitude slower, so fewer examples there.
 SLOW = ({("direct-tiled", "cuda"), ("im2col-tiled", "cuda")}
@@ -81,7 +81,7 @@ def _check_case(name, device, case):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
-    tol = TOL.get(strat.family, 1e-4)
+    tol = ref.tolerance(name)
 
     y = conv2d(x, w, stride=stride, padding=padding, strategy=name, device=device)
     assert isinstance(y, np.ndarray) and y.dtype == np.float32
@@ -110,7 +110,7 @@ def test_named_awkward_cases(name, device):
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         dy = rng.standard_normal(cfg.y_shape).astype(np.float32)
-        tol = TOL.get(strat.family, 1e-4)
+        tol = ref.tolerance(name)
         pair = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
         y = conv2d(x, w, stride=stride, padding=padding, strategy=name, device=device)
         assert _rel(y, ref.reference(x, w, *pair)) < tol

@@ -7,24 +7,26 @@ with a bias: the arguments of ``torch.nn.functional.conv2d``. Shapes (cuDNN symb
 cross-correlation. Inputs are NumPy arrays or torch tensors; results are of x's kind.
 
 :data:`STRATEGIES` maps each name to a :class:`Strategy`: its family (``direct``,
-``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, FLOPs, workspace.
+``unrolling``, ``fft``, ``winograd``, ``library``), what it supports, FLOPs, workspace. All
+compute in float32 but ``reference-tf32`` (TF32, torch's default for cuDNN since Ampere):
+``reference`` turns TF32 off; our cuBLAS GEMMs follow torch's matmul flag, off by default.
 
 Source: Li et al., ICPP 2016, Section II-B and Figures 3-5; Winograd: Lavin and Gray, 2016.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from helpers.conv import depthwise, direct, fft, reference, unroll, winograd
 from helpers.conv.config import ConvConfig, same_padding
+from helpers.conv.strategy import Strategy
 from helpers.device import backend, memory
-from helpers.device.arrays import cuda_device, to_torch
+from helpers.device.arrays import all_finite, cuda_device, to_torch
+from helpers.device.precision import tf32_refusal
 
 __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", "config_for",
            "resolve_padding",
@@ -33,121 +35,6 @@ __all__ = ["ConvConfig", "Strategy", "STRATEGIES", "conv2d", "conv2d_backward", 
 
 #: Simulator budget: interpreted multiply-adds per call (the simulator manages ~1e5-1e6 a second).
 SIMULATOR_MAX_MACS = 400_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Strategy:
-    """One way of computing a convolution.
-
-    Attributes:
-        name: registry key. family: ``direct``, ``unrolling``, ``fft``, ``winograd`` or
-            ``library``.
-        description: one paragraph for learners.
-        devices: where it runs (``"cpu"``, ``"cuda"``).
-        uses_numba_kernels: its CUDA path launches our Numba kernels (so the simulator budget
-            applies without a GPU).
-        finite_only: why it refuses inputs with NaN or infinity (where one would spread, beyond
-            the outputs whose windows hold it); empty when it takes them.
-        native_groups: its code takes groups itself; otherwise :meth:`forward` and
-            :meth:`backward` run it once per group, on that group's channels and filters.
-        dilation: ``"native"`` (its code takes dilation), ``"zeros"`` (it convolves with the
-            filter dilated by inserted zeros: free where the cost does not depend on the
-            kernel size) or the reason it refuses dilation.
-        depthwise_kernels: on the CUDA path a depthwise layer (groups = C) runs whole, on the
-            kernels of :mod:`helpers.conv.depthwise`, instead of once per channel.
-    """
-
-    name: str
-    family: str
-    description: str
-    devices: tuple[str, ...]
-    _forward: Callable
-    _backward: Callable
-    _flops: Callable[[ConvConfig], int]
-    _workspace: Callable[[ConvConfig, bool], int | None]
-    _supports: Callable[[ConvConfig, str], str | None] = lambda cfg, device: None
-    uses_numba_kernels: bool = False
-    finite_only: str = ""
-    stride_note: str = "any stride, natively"
-    native_groups: bool = False
-    dilation: str = "native"
-    depthwise_kernels: bool = False
-
-    def supports(self, cfg: ConvConfig, device: str = "cpu") -> str | None:
-        """None if this strategy computes ``cfg`` on ``device``, else the reason it cannot."""
-        if device not in ("cpu", "cuda"):
-            return f"device must be 'cpu' or 'cuda', got {device!r}"
-        if device not in self.devices:
-            return f"{self.name} has no {device} implementation (it runs on {', '.join(self.devices)})"
-        if device == "cuda" and backend.MODE == "unavailable":
-            return "no CUDA device: NUMBA_ENABLE_CUDASIM=0 was set on a machine without a GPU"
-        if (cfg.dil_h, cfg.dil_w) != (1, 1) and self.dilation not in ("native", "zeros"):
-            return f"dilation {cfg.dil_h, cfg.dil_w}: {self.dilation}"
-        return self._supports(self._core(cfg, device), device)
-
-    def _core(self, cfg: ConvConfig, device: str = "cpu") -> ConvConfig:
-        """The config its own code sees: one group (unless native, or depthwise kernels on
-        the CUDA path), the dilated extent for ``dilation="zeros"``."""
-        whole = self.native_groups or (self.depthwise_kernels and device == "cuda"
-                                       and depthwise.is_depthwise(cfg))
-        if cfg.groups > 1 and not whole:
-            cfg = cfg.group()
-        if self.dilation == "zeros" and (cfg.dil_h, cfg.dil_w) != (1, 1):
-            cfg = dataclasses.replace(cfg, r=cfg.r_extent, s=cfg.s_extent, dil_h=1, dil_w=1)
-        return cfg
-
-    def flops(self, cfg: ConvConfig, backward: bool = False) -> int:
-        """FLOPs of the forward pass (multiply-adds x 2), or of forward + backward; for a
-        strategy run once per group, the groups' sum."""
-        core = self._core(cfg)
-        f = self._flops(core) * (cfg.groups if core.groups != cfg.groups else 1)
-        return 3 * f if backward else f
-
-    def workspace_bytes(self, cfg: ConvConfig, backward: bool = False) -> int | None:
-        """Analytic extra memory in bytes beyond x, w, y (and dx, dw, dy); None if not known
-        in advance (torch's choice of cuDNN algorithm). Groups run one after another, so the
-        workspace is one group's."""
-        return self._workspace(self._core(cfg), backward)
-
-    def forward(self, x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig, device: str):
-        """y (N, K, P, Q) for x (N, C, H, W) and w (K, C/groups, R, S); float32 tensors."""
-        core = self._core(cfg, device)
-        if core.r != cfg.r or core.s != cfg.s:
-            w = _dilate(w, cfg)
-        if core.groups == cfg.groups:
-            return self._forward(x, w, core, device)
-        cg, kg = core.c, core.k
-        return torch.cat([self._forward(x[:, g * cg:(g + 1) * cg].contiguous(),
-                                        w[g * kg:(g + 1) * kg].contiguous(), core, device)
-                          for g in range(cfg.groups)], dim=1)
-
-    def backward(self, x, w, dy, cfg: ConvConfig, device: str):
-        """(dx, dw) for dy (N, K, P, Q), as :meth:`forward`."""
-        core = self._core(cfg, device)
-        dilated = core.r != cfg.r or core.s != cfg.s
-        if dilated:
-            w = _dilate(w, cfg)
-        if core.groups == cfg.groups:
-            dx, dw = self._backward(x, w, dy, core, device)
-        else:
-            cg, kg = core.c, core.k
-            parts = [self._backward(x[:, g * cg:(g + 1) * cg].contiguous(),
-                                    w[g * kg:(g + 1) * kg].contiguous(),
-                                    dy[:, g * kg:(g + 1) * kg].contiguous(), core, device)
-                     for g in range(cfg.groups)]
-            dx = torch.cat([p[0] for p in parts], dim=1)
-            dw = torch.cat([p[1] for p in parts], dim=0)
-        if dilated:  # the gradient of the inserted zeros is dropped
-            dw = dw[:, :, ::cfg.dil_h, ::cfg.dil_w].contiguous()
-        return dx, dw
-
-
-def _dilate(w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
-    """w (K, C, R, S) spread over its dilated extent, zeros between the taps."""
-    out = torch.zeros((w.shape[0], w.shape[1], cfg.r_extent, cfg.s_extent), dtype=w.dtype,
-                      device=w.device)
-    out[:, :, ::cfg.dil_h, ::cfg.dil_w] = w
-    return out
 
 
 def _direct_forward(tiled: bool):
@@ -171,6 +58,14 @@ def _fft_supports(cfg: ConvConfig, device: str) -> str | None:
     return _fft_module().supports(cfg)
 
 
+def _direct_workspace(cfg: ConvConfig, backward: bool) -> int:
+    """The direct strategies' CUDA workspace: the backward's split dW partial sums
+    (:func:`helpers.conv.direct.dw_workspace_bytes`); none forward, none for depthwise layers."""
+    if not backward or depthwise.is_depthwise(cfg):
+        return 0
+    return direct.dw_workspace_bytes(cfg)
+
+
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in [
@@ -180,17 +75,19 @@ STRATEGIES: dict[str, Strategy] = {
             "from global memory (a depthwise layer: the depthwise kernel, one channel per "
             "filter); on the CPU, Numba loops parallel over images x filters.",
             ("cpu", "cuda"), _direct_forward(False), _direct_backward,
-            lambda cfg: cfg.flops, lambda cfg, b: 0,
+            lambda cfg: cfg.flops, _direct_workspace,
             _supports=lambda cfg, device: direct.naive_supports(cfg) if device == "cuda" else None,
-            uses_numba_kernels=True, depthwise_kernels=True),
+            uses_numba_kernels=True, depthwise_kernels=True,
+            _cpu_workspace=lambda cfg, b: 0),
         Strategy(
             "direct-tiled", "direct",
-            "Direct convolution with a shared-memory input tile (plus halo) and filter per "
-            "block, a barrier between loading and computing (a depthwise layer: one 16 x 16 "
-            "output tile of one channel per block); backward shares direct-naive's gather "
-            "kernels.",
+            "Direct convolution with the input patch and a slice of filters staged in shared "
+            "memory per block, each thread computing several filters x output pixels in "
+            "registers (a depthwise layer: one 16 x 16 output tile of one channel per block); "
+            "backward (shared with direct-naive): dx by the same kernel on flipped filters, dW "
+            "as a reduction split over blocks, then summed.",
             ("cuda",), _direct_forward(True), _direct_backward,
-            lambda cfg: cfg.flops, lambda cfg, b: 0,
+            lambda cfg: cfg.flops, _direct_workspace,
             _supports=lambda cfg, device: direct.tiled_supports(cfg), uses_numba_kernels=True,
             depthwise_kernels=True),
         Strategy(
@@ -248,12 +145,25 @@ STRATEGIES: dict[str, Strategy] = {
                         "poisons only the 3 x 3 whose windows hold it"),
         Strategy(
             "reference", "library",
-            "torch.nn.functional.conv2d and its autograd backward: cuDNN on an NVIDIA GPU, "
-            "oneDNN on the CPU. The library to beat.",
+            "torch.nn.functional.conv2d, and for (dx, dw) the backward operator autograd "
+            "calls (convolution_backward, no second forward): cuDNN on an NVIDIA GPU, oneDNN "
+            "on the CPU, in float32 with TF32 off, as our strategies compute. The library to "
+            "beat.",
             ("cpu", "cuda"),
             lambda x, w, cfg, d: reference.forward(x, w, cfg),
             lambda x, w, dy, cfg, d: reference.backward(x, w, dy, cfg),
             lambda cfg: cfg.flops, lambda cfg, b: None, native_groups=True),
+        Strategy(
+            "reference-tf32", "library",
+            "reference's calls with TF32 allowed, torch's default for convolutions: cuDNN "
+            "rounds float32 operands to TF32 (a 10-bit mantissa) and multiplies on tensor "
+            "cores, on GPUs of compute capability 8.0 and newer. Not float32: shown beside "
+            "reference, never the baseline of a ratio.",
+            ("cuda",),
+            lambda x, w, cfg, d: reference.forward(x, w, cfg, tf32=True),
+            lambda x, w, dy, cfg, d: reference.backward(x, w, dy, cfg, tf32=True),
+            lambda cfg: cfg.flops, lambda cfg, b: None, native_groups=True, precision="tf32",
+            _device_refusal=tf32_refusal),
     ]
 }
 
@@ -361,12 +271,12 @@ def memory_refusal(strategy: str, cfg: ConvConfig, device: str = "cpu",
     need = 4 * tensors
     what = "padded input and output" + (", dy, dx and dw" if backward else "")
     if need <= _ALWAYS_FITS:
-        workspace = strat.workspace_bytes(cfg, backward) or 0
+        workspace = strat.workspace_bytes(cfg, backward, device) or 0
         if need + workspace <= _ALWAYS_FITS:
             return None  # small: not worth reading the free memory on every call
     limit = memory.available_bytes(device)
     if need <= limit:
-        workspace = strat.workspace_bytes(cfg, backward) or 0
+        workspace = strat.workspace_bytes(cfg, backward, device) or 0
         need += workspace
         what += " plus the workspace" if workspace else ""
     if need > limit:
@@ -433,9 +343,7 @@ def _prepare(strategy: str, device: str | None, arrays: dict, bias, stride, padd
         tensors["x"] = torch.nn.functional.pad(tensors["x"], (0, extra[1], 0, extra[0]))
     if strat.finite_only:
         for name, t in tensors.items():
-            # A finite sum means no NaN or infinity (they propagate) and costs one fast
-            # reduction; only a sum that is not finite (or that overflowed) needs the full test.
-            if not (bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())):
+            if not all_finite(t):
                 raise ValueError(f"{strategy} needs finite values: {name} contains NaN or "
                                  f"infinity, and {strat.finite_only}")
     return strat, cfg, device, tensors, extra
@@ -571,6 +479,7 @@ def memory_report(strategy: str, x_shape, w_shape, stride=1, padding=0, device: 
     result = memory.peak_memory(call, device=device)
     return {
         "strategy": strategy, "device": result.device, "flops": strat.flops(cfg, backward),
-        "workspace_bytes": strat.workspace_bytes(cfg, backward), "output_bytes": int(out_bytes),
+        "workspace_bytes": strat.workspace_bytes(cfg, backward, device),
+        "output_bytes": int(out_bytes),
         "peak_bytes": result.peak_bytes, "method": result.method,
     }

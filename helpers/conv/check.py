@@ -29,14 +29,25 @@ from helpers.conv import (
 from helpers.device import backend
 
 __all__ = ["reference", "reference_backward", "rel_error", "TOLERANCE", "DEFAULT_TOLERANCE",
-           "check", "main", "CHECK_MAX_BYTES"]
+           "tolerance", "check", "main", "CHECK_MAX_BYTES"]
 
-#: Relative error accepted (the FFT's round-off is larger: transforms of the whole plane).
-#: Winograd: F(2x2, 3x3) measured 1e-7 to 6e-7 on layers up to C = 256 (as im2col + GEMM),
-#: F(4x4, 3x3) 3e-7 to 1e-5 (its transforms hold 4, 5 and 1/24: round-off grows with the
-#: tile); the default tolerance keeps ten times the larger.
-TOLERANCE = {"fft": 1e-3, "winograd": 1e-4}
+#: Relative error accepted, by strategy or family (the FFT's round-off is larger: transforms
+#: of the whole plane). Winograd: F(2x2, 3x3) measured 1e-7 to 6e-7 on layers up to C = 256
+#: (as im2col + GEMM), F(4x4, 3x3) 3e-7 to 1e-5 (its transforms hold 4, 5 and 1/24: round-off
+#: grows with the tile); the default tolerance keeps ten times the larger. TF32 rounds each
+#: operand to 11 significant bits (a relative rounding error up to 2^-11, about 4.9e-4); its
+#: tolerance is ten times that.
+TOLERANCE = {"fft": 1e-3, "winograd": 1e-4, "reference-tf32": 5e-3}
 DEFAULT_TOLERANCE = 1e-4
+
+
+def tolerance(strategy: str) -> float:
+    """The relative error :func:`check` accepts from ``strategy`` (a key of
+    :data:`helpers.conv.STRATEGIES`): its own entry in :data:`TOLERANCE`, else its family's,
+    else :data:`DEFAULT_TOLERANCE`. Raises ValueError: an unknown strategy."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    return TOLERANCE.get(strategy, TOLERANCE.get(STRATEGIES[strategy].family, DEFAULT_TOLERANCE))
 #: The largest x + y (float32 bytes) :func:`check` accepts: it runs every strategy.
 CHECK_MAX_BYTES = 64 * 2**20
 
@@ -198,7 +209,7 @@ def check(x_shape=(2, 3, 9, 8), w_shape=(4, 3, 3, 3), stride=(1, 2), padding=1,
                 continue
             fwd = rel_error(y, y_ref)
             bwd = max(rel_error(dx, dx_ref), rel_error(dw, dw_ref))
-            tol = TOLERANCE.get(strat.family, DEFAULT_TOLERANCE)
+            tol = tolerance(name)
             rows.append(dict(row, forward=fwd, backward=bwd, ok=fwd < tol and bwd < tol,
                              note=f"tolerance {tol:g}"))
     return rows
@@ -242,10 +253,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(rows: list[dict]) -> None:
-    print(f"{'strategy':<14}{'device':<18}{'forward err':>12}{'backward err':>14}  result")
+    print(f"{'strategy':<16}{'device':<18}{'forward err':>12}{'backward err':>14}  result")
     for r in rows:
         fmt = (lambda v: f"{v:.1e}" if v is not None else "-")
         result = {True: "ok", False: "FAILED", None: "not supported"}[r["ok"]]
-        print(f"{r['strategy']:<14}{r['device']:<18}{fmt(r['forward']):>12}"
+        print(f"{r['strategy']:<16}{r['device']:<18}{fmt(r['forward']):>12}"
               f"{fmt(r['backward']):>14}  {result}"
               + ("" if r["ok"] else f" ({r['note']})"))

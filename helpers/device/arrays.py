@@ -5,17 +5,21 @@ The CUDA path of every strategy works on torch tensors on :func:`cuda_device` (t
 the CPU when kernels run in the Numba CUDA simulator). :func:`kernel_array` hands a tensor to a
 Numba kernel without copying: through ``__cuda_array_interface__`` on a GPU, as the NumPy view
 of the same memory in the simulator. A kernel's writes are therefore visible in the tensor.
+:func:`poisoned` outputs start as NaN, except inside :func:`unpoisoned` (timed calls).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 import torch
 
 from helpers.device import backend
 
-__all__ = ["cuda_device", "kernel_array", "poisoned", "to_torch", "MAX_GRID", "grid_for",
-           "grid_refusal", "launch"]
+__all__ = ["cuda_device", "kernel_array", "poisoned", "unpoisoned", "poisoning", "all_finite",
+           "to_torch", "MAX_GRID", "grid_for", "grid_refusal", "launch"]
 
 #: The most blocks a grid may have along x, y and z (every GPU since compute capability 3.0).
 #: The simulator does not enforce them; a real launch beyond them fails.
@@ -93,20 +97,65 @@ def cuda_device() -> torch.device:
 
 
 def kernel_array(t: torch.Tensor):
-    """A zero-copy view of a contiguous tensor that a Numba CUDA kernel accepts."""
+    """A zero-copy view of a contiguous tensor that a Numba CUDA kernel accepts: a Numba
+    device array on a GPU, the tensor's NumPy view in the simulator.
+
+    Raises ValueError: ``t`` not contiguous."""
     if not t.is_contiguous():
         raise ValueError("kernel arrays must be contiguous; call .contiguous() first")
     t = t.detach()
     if backend.MODE == "gpu":
         from numba import cuda
 
+        # Numba launches on the legacy default stream, which runs after all earlier work on
+        # torch's default stream (the same stream) and on every blocking stream: there the
+        # kernel is ordered after whatever torch queued to produce t, with no wait on the host.
+        # A synchronisation per argument would stall the host until the GPU drains, inside
+        # every timed call. On another torch stream (created non-blocking) nothing orders the
+        # two: keep as_cuda_array's default, which waits for the stream the interface names.
+        if torch.cuda.current_stream(t.device) == torch.cuda.default_stream(t.device):
+            return cuda.as_cuda_array(t, sync=False)
         return cuda.as_cuda_array(t)
     return t.numpy()
 
 
+#: Whether :func:`poisoned` fills with NaN (True outside :func:`unpoisoned`); per thread and
+#: per asyncio task, so a timing in one thread leaves a check in another poisoned.
+_POISON: contextvars.ContextVar[bool] = contextvars.ContextVar("poison", default=True)
+
+
 def poisoned(shape, device: torch.device, dtype=torch.float32) -> torch.Tensor:
-    """A new tensor filled with NaN: an element a kernel fails to write stays NaN."""
+    """A new tensor of ``shape`` on ``device`` filled with NaN: an element a kernel fails to
+    write stays NaN, so every check against a reference sees it. Inside :func:`unpoisoned`
+    (timed calls) an uninitialised ``torch.empty`` instead: no fill kernel runs."""
+    if not _POISON.get():
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
     return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
+
+
+@contextlib.contextmanager
+def unpoisoned():
+    """Within the block :func:`poisoned` allocates without filling: the mode for timed calls,
+    whose warm-up call ran poisoned (and was checked) first. The NaN fill is one more pass
+    over every output and buffer (im2col's is up to R*S times the input), which the library's
+    own calls do not make; outside the block poisoning is back on. Nests."""
+    token = _POISON.set(False)
+    try:
+        yield
+    finally:
+        _POISON.reset(token)
+
+
+def poisoning() -> bool:
+    """Whether :func:`poisoned` fills with NaN here and now (False inside :func:`unpoisoned`)."""
+    return _POISON.get()
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no NaN and no infinity. A finite sum says so in one reduction
+    (NaN and infinity propagate into it); only a sum that is not finite (or overflowed) needs
+    the element-wise test. One host synchronisation on a GPU: keep it out of timed calls."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def to_torch(a, device: torch.device | str) -> torch.Tensor:

@@ -1,14 +1,14 @@
 """Which algorithm the libraries choose per layer: cuDNN on a GPU, oneDNN on the CPU.
 
 GPU: with ``torch.backends.cudnn.benchmark = True`` (cuDNN times its candidates once, then
-keeps the fastest), the CUDA kernels of a warm call are named by ``torch.profiler`` and mapped to
-an algorithm family by :func:`family_of_kernel`; :func:`main_algorithm` picks the call's.
+keeps the fastest) and TF32 off, the CUDA kernels of a warm call are named by ``torch.profiler``
+and mapped to a family by :func:`family_of_kernel`; :func:`main_algorithm` picks the call's.
 CPU: oneDNN's verbose mode prints the implementation it ran (``jit:avx2``, ``gemm:jit``...) on
 file descriptor 1, captured by :func:`capture_fd`, parsed by :func:`parse_onednn` and mapped by
-:func:`family_of_onednn`; when torch does not call oneDNN the row says so. :func:`measure` gives
-a row per (layer, pass), :func:`choices_along` follows one of (b, i, f, k, s),
-:func:`recorded` reads ``results/algorithm_choice_*``. Layers in the study's (b, i, f, k, s)
-plus channels c; times in ms.
+:func:`family_of_onednn` (:mod:`.onednn_verbose`); when torch does not call oneDNN the row says
+so. :func:`measure` gives a row per (layer, pass), :func:`choices_along` follows one of (b, i,
+f, k, s), :func:`recorded` reads ``results/algorithm_choice_*``. Layers in the study's (b, i,
+f, k, s) plus channels c; times in ms.
 
 Source: Li et al., ICPP 2016, Table I and Figure 3 (the layers and sweeps); cuDNN's algorithm
 enums (cudnnConvolutionFwdAlgo_t); oneDNN's verbose mode documentation.
@@ -17,15 +17,11 @@ enums (cudnnConvolutionFwdAlgo_t); oneDNN's verbose mode documentation.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import os
 import re
 import sys
-import tempfile
 import time
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +29,14 @@ import torch.nn.functional as F
 from helpers import results
 from helpers.conv.config import ConvConfig
 from helpers.device import backend, timing
+from helpers.device.precision import tf32_mode
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments import sweep
+from helpers.experiments.onednn_verbose import (  # re-exported: oneDNN's verbose lines, read
+    capture_fd,
+    family_of_onednn,
+    parse_onednn,
+)
 from helpers.experiments.transfer_model import layer_for
 from helpers.experiments.transfers import format_table as _text_table
 from helpers.paper import TABLE_I
@@ -165,93 +167,6 @@ def main_algorithm(kernels: Sequence[tuple[str, float]]) -> tuple[str | None, st
     return family, name, ms
 
 
-def family_of_onednn(impl: str) -> str:
-    """The algorithm family of a oneDNN convolution implementation, by the names oneDNN gives
-    them (``JIT_IMPL_NAME_HELPER`` in its ``src/cpu``) and prints in verbose mode: ``jit:avx2``,
-    ``jit_1x1:avx2``, ``jit_dw:avx2`` (seen here), ``brg_conv_fwd:avx512_core``, ``brgconv_bwd_w``
-    (BRGEMM micro-kernels in the direct loop nest) and ``ref:any`` are ``direct``; ``gemm:jit``,
-    ``gemm:blas``, ``indirect_gemm:acl`` are ``gemm`` (im2col + GEMM); ``jit_wino_4x3:...``,
-    ``wino:acl`` are ``winograd``; anything else is ``other``. Raises ValueError if ``impl``
-    is not a str."""
-    if not isinstance(impl, str):
-        raise ValueError(f"impl must be a str, got {impl!r}")
-    s = impl.strip().lower()
-    if "wino" in s:
-        return "winograd"
-    if "gemm" in s and not s.startswith("brg"):
-        return "gemm"
-    return "direct" if s.startswith(("jit", "ref", "brg")) else "other"
-
-
-_PROP_PASS = {"forward_training": "forward", "forward_inference": "forward",
-              "backward_data": "backward-data", "backward_weights": "backward-filter"}
-
-
-def parse_onednn(text: str) -> list[dict]:
-    """The primitives executed, from oneDNN (DNNL, MKL-DNN) verbose output: the ``exec`` lines
-    of every format version, ``onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx2,
-    forward_training,...,alg:convolution_direct,mb1_ic3oc96_...,14.239`` (oneDNN 3),
-    ``dnnl_verbose,exec,cpu,...`` and ``mkldnn_verbose,exec,convolution,...`` (no engine).
-
-    Returns:
-        One dict per line, in order: ``primitive`` (``convolution``, ``reorder``...), ``impl``,
-        ``prop_kind``, ``pass`` (one of :data:`PASSES`, or the prop_kind), ``alg``
-        (``convolution_direct``... or ""), ``problem``, ``ms`` (oneDNN's time, or None).
-    """
-    calls = []
-    for line in text.splitlines():
-        parts = line.strip().split(",")
-        if not parts[0].endswith("_verbose") or "exec" not in parts:
-            continue
-        rest = parts[parts.index("exec") + 1:]
-        rest = rest[1:] if rest and rest[0] in ("cpu", "gpu") else rest
-        if len(rest) < 3:
-            continue
-        try:
-            ms = float(rest[-1])
-        except ValueError:
-            ms = None
-        calls.append({"primitive": rest[0], "impl": rest[1], "prop_kind": rest[2],
-                      "pass": _PROP_PASS.get(rest[2], rest[2]),
-                      "alg": next((p[4:] for p in rest if p.startswith("alg:")), ""),
-                      "problem": rest[-2] if ms is not None else rest[-1], "ms": ms})
-    return calls
-
-
-def _flush() -> None:
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    with contextlib.suppress(OSError, AttributeError, TypeError):  # no C library (Windows)
-        ctypes.CDLL(None).fflush(None)  # the C library's buffered stdout (oneDNN uses printf)
-
-
-@contextlib.contextmanager
-def capture_fd(fd: int = 1) -> Iterator[types.SimpleNamespace]:
-    """Capture what is written to file descriptor ``fd`` (1: the C-level stdout, where oneDNN
-    prints) inside the block: ``with capture_fd() as cap: ...`` then ``cap.text`` (str). The
-    descriptor points at a temporary file until the block ends, also when it raises.
-
-    Raises:
-        ValueError: ``fd`` is not an open descriptor (before anything is redirected).
-    """
-    try:
-        saved = os.dup(fd)
-    except (OSError, TypeError) as exc:
-        raise ValueError(f"fd must be an open file descriptor, got {fd!r}") from exc
-    cap = types.SimpleNamespace(text="")
-    _flush()
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), fd)
-        try:
-            yield cap
-        finally:
-            _flush()
-            os.dup2(saved, fd)
-            os.close(saved)
-            tmp.seek(0)
-            cap.text = tmp.read().decode(errors="replace")
-
-
 def torch_backend(layer: ConvConfig | str, device: str = "cpu") -> str:
     """The convolution backend torch picks for ``layer`` (float32 NCHW) on ``device``:
     ``"Mkldnn"`` (oneDNN), ``"Slow2d"`` (torch's own im2col + GEMM), ``"Cudnn"``..., from
@@ -356,9 +271,11 @@ def cpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | 
 
 def gpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | None = None,
                repeats: int = 3, min_run_time: float = 0.05, budget_s: float = 2.0,
-               seed: int = 0) -> dict:
+               seed: int = 0, tf32: bool = False) -> dict:
     """cuDNN's choice for one pass of a layer on this GPU, named by the kernels it ran: with
-    ``torch.backends.cudnn.benchmark = True`` (restored afterwards), two untimed calls (in the
+    ``torch.backends.cudnn.benchmark = True`` and TF32 off (float32, as our strategies compute;
+    allowed with ``tf32``, torch's default; both restored afterwards,
+    :func:`helpers.device.precision.tf32_mode`), two untimed calls (in the
     first cuDNN times its candidates), ``repeats`` (>= 1) calls under ``torch.profiler`` whose
     kernels give :func:`main_algorithm`, then the pass timed by
     :func:`helpers.device.timing.benchmark` for ``min_run_time`` s (blocks of calls between two
@@ -368,14 +285,16 @@ def gpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | 
     when it did not call cuDNN), ``algorithm`` (of :data:`FAMILIES`, None if no kernel names
     one), ``kernel`` (:func:`short_kernel_name`), ``kernel_ms`` (its CUDA time per call),
     ``median_ms``, ``kernels`` (the five largest, with family and ms), ``tf32``
-    (``torch.backends.cudnn.allow_tf32``), ``status``; without a GPU, None and why.
+    (``torch.backends.cudnn.allow_tf32`` during the calls), ``status``; without a GPU, None
+    and why.
 
     Raises:
-        ValueError: an unknown layer or pass, ``batch < 1``, ``repeats < 1``.
+        ValueError: an unknown layer or pass, ``batch < 1``, ``repeats < 1``, a non-bool tf32.
     """
     lay = layer_for(layer, batch)
     _check(pass_, "pass_", PASSES)
     _check_count(repeats, "repeats")
+    flags = tf32_mode(tf32)
     reason = gpu_reason()
     if reason:
         return _row(lay, pass_, "cuda", device="no CUDA GPU", status=reason)
@@ -393,18 +312,19 @@ def gpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | 
         else f"torch ({chosen})"
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     try:
-        call = _call(lay, pass_, "cuda", seed)
-        for _ in range(2):
-            call()
-        torch.cuda.synchronize()
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(repeats):
+        with flags:
+            call = _call(lay, pass_, "cuda", seed)
+            for _ in range(2):
                 call()
             torch.cuda.synchronize()
-        kernels = kernel_times(prof.events(), repeats)
-        median = timing.benchmark(call, device="cuda", min_run_time=min_run_time).median_ms
+            with torch.profiler.profile(activities=activities) as prof:
+                for _ in range(repeats):
+                    call()
+                torch.cuda.synchronize()
+            kernels = kernel_times(prof.events(), repeats)
+            median = timing.benchmark(call, device="cuda", min_run_time=min_run_time).median_ms
     except Exception as exc:  # noqa: BLE001  (an out-of-memory, a CUDA or profiler error)
         return _row(lay, pass_, "cuda", library=library, device=dev,
                     status=f"failed: {type(exc).__name__}: {exc}")
@@ -420,7 +340,7 @@ def gpu_choice(layer: ConvConfig | str, pass_: str = "forward", *, batch: int | 
                        for n, t in kernels[:5])
     return _row(lay, pass_, "cuda", library=library, algorithm=family, kernel_ms=ms,
                 kernel=short_kernel_name(name) if name else None, median_ms=median,
-                kernels=listed, tf32=torch.backends.cudnn.allow_tf32, device=dev, status=status)
+                kernels=listed, tf32=tf32, device=dev, status=status)
 
 
 def _passes(backward: bool) -> tuple[str, ...]:
@@ -432,7 +352,8 @@ def _passes(backward: bool) -> tuple[str, ...]:
 def measure(layers: Iterable[ConvConfig | str] = TABLE_I, device: str = "cuda", *,
             batch: int | None = None, backward: bool = False, strategies: Sequence[str] = (),
             timed: bool = True, min_run_time: float = 0.05, budget_s: float = 2.0,
-            deadline: float | None = None, time_limit: float | None = None) -> list[dict]:
+            deadline: float | None = None, time_limit: float | None = None,
+            tf32: bool = False) -> list[dict]:
     """The library's choice per layer and pass (:func:`gpu_choice` on ``"cuda"``,
     :func:`cpu_choice` on ``"cpu"``), with our strategies' forward times beside it.
 
@@ -442,16 +363,20 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, device: str = "cuda", 
         strategies: keys of :data:`helpers.conv.STRATEGIES`, each timed forward on the device
             by :func:`helpers.experiments.sweep.measure`, adding ``ours_<name>_ms`` and
             ``ours_<name>_status`` to every row (None on backward rows).
-        timed: time the CPU calls too. min_run_time, budget_s: as :func:`gpu_choice`.
+        timed: time the CPU calls too. min_run_time, budget_s, tf32: as :func:`gpu_choice`
+            (float32 with TF32 off by default, as our strategies compute).
         deadline, time_limit: rows not started before the deadline (:func:`time.monotonic`)
             get status ``"skipped: time limit of T s reached"``.
 
     Returns one dict per (layer, pass): the keys of :data:`FIELDS` plus the ``ours_*`` keys.
 
     Raises:
-        ValueError: an unknown layer, device or strategy, ``batch < 1``, a non-bool backward.
+        ValueError: an unknown layer, device or strategy, ``batch < 1``, a non-bool backward
+            or tf32.
     """
     _check(device, "device", ("cpu", "cuda"))
+    if not isinstance(tf32, bool):
+        raise ValueError(f"tf32 must be True or False, got {tf32!r}")
     for name in strategies:
         _check(name, "strategies", tuple(sweep.STRATEGIES))
     lays, passes = [layer_for(lay, batch) for lay in layers], _passes(backward)
@@ -461,7 +386,8 @@ def measure(layers: Iterable[ConvConfig | str] = TABLE_I, device: str = "cuda", 
             if time_up(deadline):
                 row = _row(lay, pass_, device, status=time_limit_status(time_limit))
             elif device == "cuda":
-                row = gpu_choice(lay, pass_, min_run_time=min_run_time, budget_s=budget_s)
+                row = gpu_choice(lay, pass_, min_run_time=min_run_time, budget_s=budget_s,
+                                 tf32=tf32)
             else:
                 row = cpu_choice(lay, pass_, timed=timed, min_run_time=min_run_time,
                                  budget_s=budget_s)
@@ -542,7 +468,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] = TABLE_COLUMNS) -
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m helpers.experiments.algorithm_choice [--device D] [--batch N] [--layers L]
-    [--backward] [--strategies S] [--save] [--out DIR] [--time-limit S]``: print the choices;
+    [--backward] [--strategies S] [--tf32] [--save] [--out DIR] [--time-limit S]``: print
+    the choices (cuDNN in float32, TF32 off, unless ``--tf32``);
     ``--save`` writes GPU rows to ``<out>/algorithm_choice_<gpu>.csv`` + ``.json``. Returns 0;
     3 (:data:`helpers.results.REFUSED`) for ``--save`` without a GPU (nothing is measured then);
     bad arguments exit with 2."""
@@ -556,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list of Table I layers")
     parser.add_argument("--backward", action="store_true", help="also both backward passes")
     parser.add_argument("--strategies", default="", help="comma list of our strategies to time")
+    parser.add_argument("--tf32", action="store_true",
+                        help="let cuDNN use TF32 (torch's default); without it float32, TF32 off")
     parser.add_argument("--save", action="store_true", help=f"write <out>/{PREFIX}<gpu>.csv")
     parser.add_argument("--out", type=results.writable_folder, help="default: results/")
     parser.add_argument("--time-limit", type=float, dest="time_limit",
@@ -582,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = measure(layers, args.device, batch=args.batch or (128 if args.device == "cuda" else 1),
                    backward=args.backward, strategies=strategies, time_limit=args.time_limit,
+                   tf32=args.tf32,
                    deadline=None if args.time_limit is None else start + args.time_limit)
     print(format_table(rows), *map(summary, rows), sep="\n")
     if args.save:

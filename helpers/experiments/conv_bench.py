@@ -4,12 +4,12 @@
 [--time-limit S] [--quick]``: for each layer of :data:`helpers.paper.TABLE_I` (batch replaced
 by ``batch``, 1 by default so that a laptop CPU finishes in about a minute), each strategy and
 each device where timings mean something (the CPU; ``cuda`` only on a real GPU), it measures
-both passes with :func:`helpers.device.timing.benchmark` (warm-up, then the median, synchronised
-on a GPU) and the peak memory of forward + backward (:func:`helpers.device.memory.peak_memory`),
-beside the analytic FLOPs and workspace, and compares each with ``reference`` (torch's own
-convolution: cuDNN on a GPU, oneDNN on a CPU) on the same device and pass. A strategy that
-cannot run a layer (unsupported, no code for the device, the simulator, the time limit) still
-gets a row, with the reason in ``status``.
+both passes (:func:`helpers.experiments.sweep.measure`: warm-up, then the median) and the peak
+memory of forward + backward, beside the analytic FLOPs and workspace, and compares each with
+``reference`` (torch's own convolution, cuDNN or oneDNN, in float32 with TF32 off as ours) on
+the same device and pass; ``reference-tf32`` (the same calls in TF32, torch's default, sm_80+)
+is a row of its own. A strategy that cannot run a layer (unsupported, the simulator, the time
+limit) still gets a row, with the reason in ``status``.
 
 Source: Li et al., ICPP 2016, Table I (the layers) and Figures 3 and 5 (runtime and memory).
 """
@@ -80,8 +80,10 @@ def bench_layers(batch: int | None = 1, layers: tuple[ConvConfig, ...] = TABLE_I
 
     Returns:
         One dict per (layer, strategy, device, pass) with the keys of :data:`FIELDS`: times in
-        ms (median and interquartile range), ``vs_reference`` = median / reference's median,
-        GFLOP/s from the strategy's own FLOP count, bytes for memory; None where not measured.
+        ms (median and interquartile range), ``vs_reference`` = median / the median of
+        ``reference`` (the library in float32, TF32 off; for the ``reference-tf32`` row, what
+        TF32 saves the library), GFLOP/s from the strategy's own FLOP count, bytes for
+        memory; None where not measured.
 
     Raises:
         ValueError: batch < 1, an unknown strategy or device.
@@ -152,7 +154,7 @@ def recorded_by_gpu(strategies=None) -> tuple[results.Recorded, dict[tuple[str, 
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a fixed-width text table (one line per row)."""
-    head = (f"{'layer':<6}{'strategy':<14}{'device':<10}{'pass':<18}{'median ms':>11}"
+    head = (f"{'layer':<6}{'strategy':<16}{'device':<10}{'pass':<18}{'median ms':>11}"
             f"{'x ref':>8}{'GFLOP/s':>9}{'workspace MiB':>15}{'peak MiB':>10}  status")
     lines = [head]
     for r in rows:
@@ -161,7 +163,7 @@ def format_table(rows: list[dict]) -> str:
         ws = r["workspace_bytes"] / 2**20 if r["workspace_bytes"] is not None else None
         peak = r["peak_bytes"] / 2**20 if r["peak_bytes"] is not None else None
         dev = "cpu" if r["device"].startswith("CPU") else "cuda"
-        lines.append(f"{r['layer']:<6}{r['strategy']:<14}{dev:<10}{r['pass']:<18}"
+        lines.append(f"{r['layer']:<6}{r['strategy']:<16}{dev:<10}{r['pass']:<18}"
                      f"{num(r['median_ms'], '.2f'):>11}{num(r['vs_reference'], '.1f'):>8}"
                      f"{num(r['gflop_per_s'], '.1f'):>9}{num(ws, '.1f'):>15}"
                      f"{num(peak, '.1f'):>10}  {r['status']}")
@@ -232,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                                  directory=pathlib.Path(args.out))
     bar.close()
     print(f"Table I layers at batch {args.batch} (input channels: helpers.paper); medians, "
-          f"'x ref' = time / torch's own convolution on the same device")
+          f"'x ref' = time / torch's own convolution in float32 (TF32 off) on the same device; "
+          f"reference-tf32 is that convolution with TF32 allowed")
     print(format_table(rows))
     if paths:
         print("saved " + ", ".join(str(p) for p in paths))

@@ -26,6 +26,8 @@ from helpers import results
 from helpers.conv import ConvConfig, config_for, conv2d, conv2d_backward
 from helpers.conv.phases import recording, sync
 from helpers.device import backend
+from helpers.device.arrays import unpoisoned
+from helpers.device.precision import tf32_mode
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import device_label
@@ -87,7 +89,9 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
         repeats), ``share`` (of the sum of the rows' ``ms``); plus a last row ``other`` for the
         time outside any step (validation, allocation, layout changes: each call's total minus
         its steps, median over the repeats), so the shares add up to 1. Steps that occur
-        several times in a call are summed.
+        several times in a call are summed. The warm-up call fills our outputs with NaN as
+        every check does; the measured ones do not (:func:`helpers.device.arrays.unpoisoned`),
+        and all run with TF32 off unless the strategy is ``reference-tf32``.
 
     Raises:
         ValueError: as :func:`helpers.conv.conv2d`; ``repeats < 1``.
@@ -107,21 +111,22 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
         else:
             conv2d(x, w, stride=stride, padding=padding, strategy=strategy, device=device)
 
-    call()  # warm-up: compilation, library initialisation
     totals, steps, order = [], [], []
-    for _ in range(repeats):
-        with recording() as recorded:
-            sync()
-            start = time.perf_counter()
-            call()
-            sync()
-            totals.append(time.perf_counter() - start)
-        per = {}
-        for name, seconds in recorded:
-            if name not in order:
-                order.append(name)
-            per[name] = per.get(name, 0.0) + seconds
-        steps.append(per)
+    with tf32_mode(False):
+        call()  # warm-up: compilation, library initialisation
+        for _ in range(repeats):
+            with unpoisoned(), recording() as recorded:
+                sync()
+                start = time.perf_counter()
+                call()
+                sync()
+                totals.append(time.perf_counter() - start)
+            per = {}
+            for name, seconds in recorded:
+                if name not in order:
+                    order.append(name)
+                per[name] = per.get(name, 0.0) + seconds
+            steps.append(per)
     # "other" is taken per call (that call's total minus its steps) before the median, so a
     # slow call does not count as "other" time in a fast one.
     others = [t - sum(per.values()) for t, per in zip(totals, steps)]
@@ -135,7 +140,8 @@ def phase_times(strategy: str, x_shape, w_shape, stride=1, padding=0, device: st
 
 
 def library_kernels(x_shape, w_shape, stride=1, padding=0, device: str = "cpu",
-                    backward: bool = True, top: int = 8, seed: int = 0) -> list[dict]:
+                    backward: bool = True, top: int = 8, seed: int = 0,
+                    tf32: bool = False) -> list[dict]:
     """What torch's own convolution ran, as ``torch.profiler`` reports it.
 
     Args:
@@ -144,13 +150,15 @@ def library_kernels(x_shape, w_shape, stride=1, padding=0, device: str = "cpu",
             GPU time; on a machine without a GPU it falls back to the CPU).
         backward: profile forward + backward instead of forward only.
         top: how many rows to return, the most expensive first.
+        tf32: allow TF32 (torch's default for cuDNN); by default float32 with TF32 off, the
+            ``reference`` strategy's kernels (:func:`helpers.device.precision.tf32_mode`).
 
     Returns:
         Dicts with ``name``, ``ms`` (total over one call), ``calls``, ``kind`` (``"cuda
         kernel"`` or ``"cpu op"``).
 
     Raises:
-        ValueError: as :func:`helpers.conv.conv2d`.
+        ValueError: as :func:`helpers.conv.conv2d`; ``tf32`` not a bool.
     """
     cfg = config_for(x_shape, w_shape, stride, padding)
     on_gpu = device == "cuda" and backend.MODE == "gpu"
@@ -167,12 +175,13 @@ def library_kernels(x_shape, w_shape, stride=1, padding=0, device: str = "cpu",
         if backward:
             y.backward(torch.ones_like(y))
 
-    call()  # warm-up (cuDNN picks its algorithm on the first call)
-    sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as prof:
-        call()
+    with tf32_mode(tf32):
+        call()  # warm-up (cuDNN picks its algorithm on the first call)
         sync()
+        with profile(activities=activities) as prof:
+            call()
+            sync()
     rows = []
     for e in prof.key_averages():
         if on_gpu:

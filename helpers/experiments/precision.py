@@ -1,12 +1,13 @@
 """Precision and tensor cores: error against float64 and speed of GEMM and convolution in
 float32 (TF32 off), TF32, bfloat16 and float16.
 
-:func:`tf32_mode` sets torch's two TF32 flags and restores them; :func:`supports` says why a
-precision cannot run; :func:`native` whether the device has arithmetic for it;
-:func:`error_vs_float64` the max and RMS relative error on seeded inputs; :func:`measure`
-speed and error per (op, precision), one row each; :func:`ceilings` the datasheet roofs;
-:func:`recorded` reads ``results/precision_*``. Shapes: GEMM n x n x n; convolutions NCHW as
-:class:`helpers.conv.ConvConfig` (cuDNN symbols). Times in ms, rates in TFLOP/s (10^12).
+:func:`tf32_mode` (:mod:`helpers.device.precision`'s) sets torch's two TF32 flags and
+restores them; :func:`supports` says why a precision cannot run; :func:`native` whether the
+device has arithmetic for it; :func:`error_vs_float64` the max and RMS relative error on
+seeded inputs; :func:`measure` speed and error per (op, precision), one row each;
+:func:`ceilings` the datasheet roofs; :func:`recorded` reads ``results/precision_*``.
+Shapes: GEMM n x n x n; convolutions NCHW as :class:`helpers.conv.ConvConfig` (cuDNN
+symbols). Times in ms, rates in TFLOP/s (10^12).
 
 Source: NVIDIA A100 and H100 datasheets (TF32, BF16, FP16 tensor cores); Micikevicius et
 al., "Mixed Precision Training", ICLR 2018; the study's Table I layers (Li et al., ICPP 2016).
@@ -15,7 +16,6 @@ al., "Mixed Precision Training", ICLR 2018; the study's Table I layers (Li et al
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import pathlib
 import time
@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from helpers import results
-from helpers.conv import STRATEGIES, ConvConfig, conv2d
+from helpers.conv import STRATEGIES, ConvConfig
 from helpers.conv.check import reference
 from helpers.device import backend
+from helpers.device.arrays import unpoisoned
+from helpers.device.precision import TF32_CAPABILITY, tf32_mode, tf32_refusal
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import benchmark, device_label
@@ -50,10 +52,11 @@ OPS = ("gemm", "conv")
 #: dtype; ours compute in float32 (``conv2d`` converts inputs). TF32 flags reach only cuBLAS
 #: and cuDNN: ``im2col-gemm``, ``winograd`` (their GEMMs) and ``fft`` (cuFFT stays float32,
 #: its filter transform and Cgemm are GEMMs) have TF32 rows; our Numba kernels stay float32.
+#: ``reference-tf32`` is the library with TF32 allowed whatever the flags: a TF32 row only.
 STRATEGY_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "reference": PRECISIONS, "im2col-gemm": ("float32", "tf32"), "fft": ("float32", "tf32"),
-    "winograd": ("float32", "tf32"), "direct-naive": ("float32",), "direct-tiled": ("float32",),
-    "im2col-tiled": ("float32",)}
+    "reference": PRECISIONS, "reference-tf32": ("tf32",), "im2col-gemm": ("float32", "tf32"),
+    "fft": ("float32", "tf32"), "winograd": ("float32", "tf32"), "direct-naive": ("float32",),
+    "direct-tiled": ("float32",), "im2col-tiled": ("float32",)}
 
 #: Keys of every row of :func:`measure` (and of ``results/precision_*.csv``).
 FIELDS = ("op", "layer", "shape", "strategy", "precision", "dtype", "allow_tf32", "flops",
@@ -78,41 +81,13 @@ ERROR_BATCH = 16
 NATIVE_CPU_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16", "bf16"),
                     "float16": ("avx512_fp16", "amx_fp16", "asimdhp")}
 #: Compute capability from which a GPU has tensor cores for the precision.
-TENSOR_CORE_CC = {"tf32": (8, 0), "bfloat16": (8, 0), "float16": (7, 0)}
+TENSOR_CORE_CC = {"tf32": TF32_CAPABILITY, "bfloat16": (8, 0), "float16": (7, 0)}
 _WHERE = {"cpu": torch.device("cpu"), "cuda": torch.device("cuda")}
 
 
 def _check(name: str, value, allowed: Sequence[str]) -> None:
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-
-
-def tf32_mode(enabled: bool):
-    """A context manager that sets ``torch.backends.cuda.matmul.allow_tf32`` (cuBLAS GEMMs) and
-    ``torch.backends.cudnn.allow_tf32`` (cuDNN convolutions) to ``enabled`` and restores both
-    afterwards, also when the block raises.
-
-    Why float32 numbers must say which: torch's defaults differ. cuDNN may use TF32 for float32
-    convolutions by default on Ampere and newer GPUs (``cudnn.allow_tf32`` is True), while
-    torch's float32 matmul does not (``matmul.allow_tf32`` is False). TF32 keeps float32's range
-    but rounds operands to a 10-bit mantissa (float32 has 23). The flags do nothing on the CPU.
-
-    Raises ValueError: ``enabled`` not a bool (before anything is changed).
-    """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled must be True or False, got {enabled!r}")
-    return _tf32(enabled)
-
-
-@contextlib.contextmanager
-def _tf32(enabled: bool):
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def precision_mode(precision: str):
@@ -221,14 +196,7 @@ def supports(precision: str, op: str = "gemm", device: str = "cpu") -> str | Non
         if not torch.cuda.is_available():
             return "a GPU is present but torch cannot use it (a CPU-only build of torch?)"
     if precision == "tf32":
-        if device == "cpu":
-            return ("TF32 is a mode of NVIDIA tensor cores (compute capability 8.0 or newer); "
-                    "on the CPU torch computes float32 in float32")
-        cc = _capability()
-        if cc < TENSOR_CORE_CC["tf32"]:
-            return f"TF32 needs compute capability 8.0 (Ampere) or newer; this GPU is sm_" \
-                   f"{cc[0]}{cc[1]}"
-        return None
+        return tf32_refusal(device)
     if precision == "float32":
         return None
     return _kernel_reason(precision, op, device)
@@ -239,8 +207,11 @@ def strategy_reason(strategy: str, precision: str) -> str | None:
     :data:`STRATEGY_PRECISIONS`), or None. Raises ValueError: unknown strategy or precision."""
     _check("strategy", strategy, tuple(STRATEGIES))
     _check("precision", precision, PRECISIONS)
-    if precision in STRATEGY_PRECISIONS[strategy]:
+    if precision in STRATEGY_PRECISIONS.get(strategy, ("float32",)):
         return None
+    if STRATEGIES[strategy].precision == "tf32":
+        return (f"not applicable: {strategy} is the library with TF32 allowed; its {precision} "
+                f"row is reference's")
     if precision == "tf32":
         return (f"not applicable: {strategy} runs our Numba kernels in float32 on CUDA cores; "
                 f"the TF32 flags reach only cuBLAS and cuDNN")
@@ -287,7 +258,9 @@ def _inputs(op: str, shape, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _call(op: str, precision: str, inputs, cfg: ConvConfig | None, strategy: str,
           device: str) -> Callable[[], torch.Tensor]:
     """The timed call. Inputs are cast to the precision's dtype once, outside it (x.to(dtype)):
-    its error is that of the dtype, its time that of the op alone."""
+    its error is that of the dtype, its time that of the op alone. A strategy of ours runs its
+    own code on them (:meth:`helpers.conv.Strategy.forward`; :func:`_reason` checked the layer
+    first), as ``reference`` runs ``F.conv2d``: no argument checks in the timed call."""
     dtype = DTYPES[precision]
     a, b = (t.to(device=_WHERE[device], dtype=dtype) for t in inputs)
     if op == "gemm":
@@ -295,7 +268,7 @@ def _call(op: str, precision: str, inputs, cfg: ConvConfig | None, strategy: str
     stride, padding = (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w)
     if strategy == "reference":
         return lambda: F.conv2d(a, b, stride=stride, padding=padding)
-    return lambda: conv2d(a, b, stride=stride, padding=padding, strategy=strategy, device=device)
+    return lambda: STRATEGIES[strategy].forward(a, b, cfg, device)
 
 
 def _reason(op, precision, device, strategy, cfg) -> str | None:
@@ -407,8 +380,9 @@ def measure(ops: Iterable[str] = OPS, precisions: Iterable[str] = PRECISIONS, *,
 
     Each GEMM size and layer gets one set of seeded float32 inputs, shared by its precisions
     and strategies. A point is timed by :func:`helpers.device.timing.benchmark` (median after
-    a warm-up, the GPU synchronised) inside :func:`precision_mode`, and its output compared
-    with float64 as :func:`error_vs_float64` does.
+    a warm-up, the GPU synchronised; our outputs are NaN-filled in the warm-up and the checked
+    call, not in the timed ones) inside :func:`precision_mode`, and its output compared with
+    float64 as :func:`error_vs_float64` does.
 
     Args:
         ops, precisions: of :data:`OPS`, :data:`PRECISIONS`. device: ``"cpu"`` or ``"cuda"``
@@ -475,9 +449,11 @@ def _point(op, shape, strategy, precision, device, cache, min_run_time, error_ba
         inputs = cache["inputs"]
         with precision_mode(precision):
             call = _call(op, precision, inputs, cfg, strategy, device)
-            timing = benchmark(call, device=device, label=f"{op} {precision}",
-                               min_run_time=min_run_time)
-            y = call()
+            call()  # the warm-up; our outputs start as NaN, except in the timed calls
+            with unpoisoned():
+                timing = benchmark(call, device=device, label=f"{op} {precision}",
+                                   warmup=0, min_run_time=min_run_time)
+            y = call()  # the output checked against float64: poisoned again
         batch = min(error_batch or cfg.n, cfg.n) if op == "conv" else None
         y = y[:batch] if batch else y
         if "ref" not in cache:

@@ -23,21 +23,16 @@ import pathlib
 import sys
 import time
 
-import numpy as np
-import torch
-
 from helpers import results
-from helpers.conv import (
-    STRATEGIES,
-    ConvConfig,
-    config_for,
-    conv2d,
-    conv2d_backward,
-    simulator_refusal,
-)
-from helpers.device import backend, memory, timing
+from helpers.conv import STRATEGIES, ConvConfig, config_for
+from helpers.device import backend, timing
 from helpers.device.progress import progress as progress_bar
-from helpers.device.progress import time_limit_status, time_up
+from helpers.experiments.conv_timing import (  # re-exported: every experiment reads sweep.measure
+    ASSUMED_GFLOPS,
+    estimate_seconds,
+    measure,
+    refusal,
+)
 from helpers.experiments.sweep_findings import (  # re-exported: notebooks read sweep.findings
     faster_at,
     fastest_at,
@@ -53,6 +48,7 @@ PREFIX = "sweep_paper_"
 COMMAND = "python -m helpers.experiments.sweep --preset paper --out results/sweep_paper_<gpu>.csv"
 
 __all__ = [
+    "ASSUMED_GFLOPS",
     "COMMAND",
     "DEVICES",
     "FIELDS",
@@ -85,16 +81,6 @@ FIELDS = ("preset", "sweep", "x", "layer", "b", "i", "f", "k", "s", "c", "paddin
           "family", "device", "pass", "median_ms", "iqr_ms", "gflop_per_s", "flops",
           "workspace_bytes", "peak_bytes", "status")
 
-#: Assumed sustained rates in GFLOP/s (of each strategy's own FLOP count), used only to refuse
-#: points that would take too long before running them; never reported as measurements.
-#: Deliberately optimistic for the slow paths, so that a refusal is a safe call.
-ASSUMED_GFLOPS = {
-    "cpu": {"direct": 5.0, "unrolling": 40.0, "fft": 8.0, "winograd": 40.0, "library": 40.0},
-    "cuda": {"direct": 500.0, "unrolling": 5000.0, "fft": 2000.0, "winograd": 5000.0,
-             "library": 10000.0},
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class SweepPoint:
     """One point of a sweep: which sweep, the swept value, and the layer (a :class:`ConvConfig`).
@@ -114,6 +100,10 @@ class SweepPoint:
         b, i, f, k, s = self.cfg.study
         return {"sweep": self.sweep, "x": self.x, "layer": self.cfg.name, "b": b, "i": i,
                 "f": f, "k": k, "s": s, "c": self.cfg.c, "padding": self.cfg.pad_h}
+
+
+#: The five one-parameter sweeps of a preset, in the order they are listed, then Table I.
+SWEEPS = ("batch", "input", "filters", "kernel", "stride", "table1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,157 +174,11 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def estimate_seconds(cfg: ConvConfig, strategy: str, device: str, backward: bool = True) -> float:
-    """A rough estimate of one call's time in seconds, from the strategy's FLOPs and
-    :data:`ASSUMED_GFLOPS` (an assumption for refusing points, not a measurement)."""
-    strat = STRATEGIES[strategy]
-    rate = ASSUMED_GFLOPS["cuda" if device == "cuda" else "cpu"][strat.family]
-    return strat.flops(cfg, backward) / (rate * 1e9)
-
-
-def _memory_needed(cfg: ConvConfig, strategy: str, backward: bool) -> int:
-    tensors = 4 * (np.prod(cfg.x_shape) + np.prod(cfg.w_shape) + np.prod(cfg.y_shape))
-    ws = STRATEGIES[strategy].workspace_bytes(cfg, backward) or 0
-    return int(tensors * (2 if backward else 1) + ws)
-
-
-def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
-            budget_s: float = 2.0) -> str | None:
-    """Why ``strategy`` should not be measured at ``cfg`` on ``device``, or None.
-
-    In order: the strategy has no code for the device or does not support the configuration
-    (its own reason); the CUDA simulator (correctness only: its times mean nothing); the
-    estimated time of one call over ``budget_s`` seconds (:func:`estimate_seconds`); the
-    tensors plus analytic workspace over half the memory available on the device.
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
-    strat = STRATEGIES[strategy]
-    reason = strat.supports(cfg, device)
-    if reason:
-        return reason
-    if device == "cuda" and backend.MODE != "gpu":
-        return "CUDA simulator: correctness only, its timings are meaningless"
-    est = estimate_seconds(cfg, strategy, device, backward)
-    if est > budget_s:
-        rate = ASSUMED_GFLOPS["cuda" if device == "cuda" else "cpu"][strat.family]
-        return (f"refused: about {strat.flops(cfg, backward) / 1e9:.1f} GFLOP at an assumed "
-                f"{rate:g} GFLOP/s is about {est:.1f} s a call, over the {budget_s:g} s budget")
-    need, avail = _memory_needed(cfg, strategy, backward), memory.available_bytes(device)
-    if need > avail // 2:
-        return (f"refused: needs about {need / 2**20:,.0f} MiB (tensors + workspace), over half "
-                f"of the {avail / 2**20:,.0f} MiB available on {device}")
-    return None
-
-
-def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
-            min_run_time: float = 0.05, measure_memory: bool = True, budget_s: float = 2.0,
-            seed: int = 0, *, deadline: float | None = None,
-            time_limit: float | None = None, keep_times: bool = False) -> dict:
-    """Time one strategy at one configuration, or say why not.
-
-    Args:
-        cfg: the configuration (:func:`helpers.conv.config_for`).
-        strategy: a key of :data:`STRATEGIES`.
-        device: ``"cpu"`` or ``"cuda"``.
-        backward: time forward + backward (the study's Figure 3) instead of forward only.
-        min_run_time: seconds of timed calls (:func:`helpers.device.timing.benchmark`, >= 2 calls).
-        measure_memory: also measure the call's peak memory (:func:`helpers.device.memory.peak_memory`).
-        budget_s: refuse, without running, a call estimated to take longer (seconds).
-        seed: seed of the random float32 inputs.
-        deadline: a :func:`time.monotonic` value; once it has passed nothing is run and the
-            row's status is :func:`time_limit_status` of ``time_limit`` (seconds, the limit the
-            deadline came from; only for that text). None: no deadline.
-        keep_times: also return ``times_s``, the per-call time of each timed block (seconds).
-
-    Returns:
-        dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
-        ``iqr_ms``, ``gflop_per_s`` (the strategy's FLOPs over the median), ``flops``,
-        ``workspace_bytes`` (analytic; None if unknown or if the strategy cannot compute
-        this configuration on ``device``), ``peak_bytes`` (measured; None if not
-        measured), ``status`` (``"ok"``, or why nothing was measured: :func:`refusal`, or the
-        error the call raised). Never raises for a configuration it cannot run.
-
-    Raises:
-        ValueError: an unknown strategy or device.
-    """
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    strat = STRATEGIES.get(strategy)
-    if strat is None:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
-    row = {"strategy": strategy, "family": strat.family, "device": timing.device_label(device),
-           "pass": "forward+backward" if backward else "forward", "median_ms": None,
-           "iqr_ms": None, "gflop_per_s": None, "flops": strat.flops(cfg, backward),
-           "workspace_bytes": (None if strat.supports(cfg, device)   # cannot run it at all
-                               else strat.workspace_bytes(cfg, backward)), "peak_bytes": None,
-           "status": "ok"}
-    if time_up(deadline):
-        row["status"] = time_limit_status(time_limit)
-        return row
-    try:  # reads the device's free memory: fails once a point left a sticky CUDA error
-        reason = refusal(cfg, strategy, device, backward, budget_s)
-    except Exception as exc:  # noqa: BLE001
-        reason = f"failed: {type(exc).__name__}: {exc}"
-    if reason is None and device == "cuda":
-        reason = simulator_refusal(strat, cfg, backward)
-    if reason:
-        row["status"] = reason
-        return row
-    x = w = dy = None
-
-    def call():
-        conv2d(x, w, **cfg.kwargs, strategy=strategy, device=device)
-        if backward:
-            conv2d_backward(x, w, dy, **cfg.kwargs, strategy=strategy, device=device)
-
-    failure = None
-    try:
-        x, w, dy = _random_inputs(cfg, backward, seed, device)
-        t = timing.benchmark(call, device=device, label=strategy, min_run_time=min_run_time)
-        if measure_memory:
-            row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
-    # any error (torch's, or a Numba CUDA driver error, which is no RuntimeError) fails this
-    # row only: the other points of a recording run are still measured and saved
-    except Exception as exc:  # noqa: BLE001
-        failure = f"failed: {type(exc).__name__}: {exc}"
-    if failure is not None:
-        row["status"] = failure
-        x = w = dy = None
-        if device == "cuda":  # hand the failed point's cached blocks back (after an OOM, say)
-            try:
-                torch.cuda.empty_cache()
-            except Exception:  # noqa: BLE001  (a sticky CUDA error: the row says it already)
-                pass
-        return row
-    row.update(median_ms=t.median_ms, iqr_ms=t.iqr_s * 1e3,
-               gflop_per_s=row["flops"] / t.median_s / 1e9)
-    if keep_times:
-        row["times_s"] = t.times_s
-    return row
-
-
-def _random_inputs(cfg: ConvConfig, backward: bool, seed: int, device: str):
-    """Standard-normal float32 x, w and (with ``backward``, else None) dy on ``device``.
-
-    On a GPU they are drawn there by torch's generator: NumPy would draw them on the host at
-    about 10 ns a value, a second or more per point of the paper sweep (dy alone is up to
-    4.6e8 values), longer than most measurements. On the CPU, NumPy's generator."""
-    shapes = [cfg.x_shape, cfg.w_shape] + ([cfg.y_shape] if backward else [])
-    if device == "cuda":
-        gen = torch.Generator(device="cuda").manual_seed(seed)
-        drawn = [torch.randn(s, generator=gen, device="cuda") for s in shapes]
-    else:
-        rng = np.random.default_rng(seed)
-        drawn = [torch.from_numpy(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
-    return (*drawn, None) if not backward else tuple(drawn)
-
-
 def run_preset(preset: str | Preset, devices: list[str] | None = None,
                strategies: list[str] | None = None, min_run_time: float = 0.05,
                budget_s: float = 2.0, progress: bool = True, *, deadline: float | None = None,
                time_limit: float | None = None, on_pass=None,
-               keep: list[dict] | None = None) -> list[dict]:
+               keep: list[dict] | None = None, first: tuple[str, ...] = ()) -> list[dict]:
     """Run every (point, strategy, device) of a preset; rows with the keys of :data:`FIELDS`.
 
     Args:
@@ -350,6 +194,8 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
         keep: rows of an earlier run of this preset: a job with a final row there (measured,
             or refused for a reason that does not change, see :func:`final`) on the same
             device label takes that row and is not run again.
+        first: sweeps (``"kernel"``, ``"stride"``...) whose points run before all others,
+            each pass of them coarse to fine; the rest follow in their own passes.
 
     Raises:
         ValueError: an unknown preset, strategy or device.
@@ -369,7 +215,12 @@ def run_preset(preset: str | Preset, devices: list[str] | None = None,
     rows: list[dict] = [kept.get(_job_key({"preset": preset.name, **p.fields(), "strategy": n,
                                            "device": timing.device_label(d)}), {})
                         for p, n, d in jobs]
+    unknown = set(first) - set(SWEEPS)
+    if unknown:
+        raise ValueError(f"first must name sweeps of {SWEEPS}, got {sorted(unknown)}")
     level = _coarse_to_fine(points)
+    level = [lv + (0 if p.sweep in first else len(set(level)) if first else 0)
+             for lv, p in zip(level, points)]
     level_of = lambda j: level[j // (len(names) * len(devs))]  # noqa: E731
     order = sorted((j for j in range(len(jobs)) if not rows[j]), key=level_of)
     for n, j in enumerate(progress_bar(order, desc=f"sweep {preset.name}", unit=" runs",
@@ -432,7 +283,8 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
     Args:
         kernels: kernel sizes k (rows of the map). inputs: input sizes i (columns).
         base: the other parameters (b, i, f, k, s); i and k are replaced from the grid.
-        c: input channels. strategies: default those with code for ``device``.
+        c: input channels. strategies: default the float32 ones with code for ``device``
+            (``reference-tf32`` would compare TF32 with float32).
         device, min_run_time, budget_s: as :func:`measure`.
 
     Returns:
@@ -442,7 +294,8 @@ def fastest_map(kernels, inputs, base=(2, 32, 16, 11, 1), c: int = 3,
 
     Source: the study's Figure 3 (d): cuDNN fastest under 7 x 7 kernels, fbfft above.
     """
-    names = strategies or [n for n, st in STRATEGIES.items() if device in st.devices]
+    names = strategies or [n for n, st in STRATEGIES.items()
+                           if device in st.devices and st.precision == "float32"]
     b, _, f, _, s = base
     rows, winners = [], []
     bar = progress_bar(total=len(kernels) * len(inputs) * len(names), desc="fastest map",
@@ -548,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-run-time", type=float, default=0.05,
                         help="seconds of timed calls per point (at least 2 calls)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--first", default="",
+                        help="comma list of sweeps measured before the others, e.g. "
+                             "'kernel,stride'")
     parser.add_argument("--resume", action="store_true",
                         help="keep the final rows of an earlier run in --out (measured, or "
                              "refused for a reason of the configuration) and run the rest")
@@ -560,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
     deadline = None if args.time_limit is None else start + args.time_limit
     preset = PRESETS[args.preset]
+    first = tuple(f.strip() for f in args.first.split(",") if f.strip())
+    if set(first) - set(SWEEPS):
+        parser.error(f"--first must name sweeps of {', '.join(SWEEPS)}, got {args.first!r}")
     keep, resumed = [], None
     if args.resume:
         try:
@@ -574,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                       progress=not args.no_progress, deadline=deadline, time_limit=args.time_limit,
                       on_pass=lambda done: write_csv(done, args.out, preset,
                                                      time.monotonic() - start, resumed),
-                      keep=keep)
+                      keep=keep, first=first)
     seconds = time.monotonic() - start
     json_path = write_csv(rows, args.out, preset, seconds, resumed)
     measured = sum(r["status"] == "ok" for r in rows)

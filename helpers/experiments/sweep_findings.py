@@ -9,6 +9,7 @@ Section IV-B (Figure 3) and Section V-B (Figure 5).
 
 from __future__ import annotations
 
+from helpers.conv import STRATEGIES
 from helpers.paper import STUDY_FIGURE3_KERNEL
 
 __all__ = ["fastest_at", "fastest_text", "faster_at", "findings", "growth_text", "times_by"]
@@ -125,10 +126,13 @@ def findings(rows: list[dict]) -> list[dict]:
         One dict per finding: ``finding``, ``study`` (what the study reported, with its
         section and figure; its numbers read from :mod:`helpers.paper`), ``here`` (what these
         rows show, computed from them), ``agrees`` (True, False, or None when the rows cannot
-        tell).
+        tell). Only float32 rows count: ``reference-tf32`` (the library in TF32) is left out,
+        and "the library" is ``reference``.
 
     Source: Li et al., ICPP 2016, Sections IV-B (Figure 3) and V-B (Figure 5).
     """
+    rows = [r for r in rows if getattr(STRATEGIES.get(r["strategy"]), "precision",
+                                       "float32") == "float32"]
     out = []
     kernel = [r for r in rows if r["sweep"] == "kernel" and r["status"] == "ok"]
     ks = sorted({r["k"] for r in kernel})

@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from helpers.conv import STRATEGIES, conv2d, simulator_refusal
-from helpers.conv.check import DEFAULT_TOLERANCE, TOLERANCE, reference, rel_error
+from helpers.conv.check import reference, rel_error, tolerance
 from helpers.conv.config import ConvConfig
 from helpers.device import backend, timing
+from helpers.device.precision import tf32_mode
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments import algorithm_choice as choice
 from helpers.experiments import sweep
@@ -178,14 +179,15 @@ def cpu_threads(threads: int | None) -> Iterator[None]:
 def cuda_settings() -> Iterator[None]:
     """Within the block cuDNN times its algorithms and keeps the fastest
     (``torch.backends.cudnn.benchmark``) and float32 stays float32 (TF32 off for cuDNN and
-    cuBLAS, so that the FP32 roof is the right one); all restored afterwards."""
-    flags = torch.backends.cudnn, torch.backends.cuda.matmul
-    before = (flags[0].benchmark, flags[0].allow_tf32, flags[1].allow_tf32)
-    flags[0].benchmark, flags[0].allow_tf32, flags[1].allow_tf32 = True, False, False
+    cuBLAS, :func:`helpers.device.precision.tf32_mode`, so that the FP32 roof is the right
+    one); all restored afterwards."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
     try:
-        yield
+        with tf32_mode(False):
+            yield
     finally:
-        flags[0].benchmark, flags[0].allow_tf32, flags[1].allow_tf32 = before
+        torch.backends.cudnn.benchmark = before
 
 
 def tiny(cfg: ConvConfig, size: int = 6, batch: int = 1) -> ConvConfig:
@@ -204,11 +206,6 @@ def tiny(cfg: ConvConfig, size: int = 6, batch: int = 1) -> ConvConfig:
                                    (cfg.stride_h, cfg.stride_w), (cfg.pad_h, cfg.pad_w),
                                    (cfg.dil_h, cfg.dil_w), groups)
     return dataclasses.replace(small, name=cfg.name)
-
-
-def tolerance(strategy: str) -> float:
-    """The relative error :mod:`helpers.conv.check` accepts from ``strategy``."""
-    return TOLERANCE.get(strategy, DEFAULT_TOLERANCE)
 
 
 def _inputs(cfg: ConvConfig, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -399,8 +396,9 @@ def compare(layers: Iterable[ConvConfig] = REPRESENTATIVE, device: str = "cpu", 
 
     Args:
         layers: ConvConfigs (default :data:`REPRESENTATIVE`). device: ``"cpu"`` or ``"cuda"``.
-        strategies: keys of :data:`helpers.conv.STRATEGIES` other than ``reference``
-            (None: all with code for the device; ``[]``: the library only).
+        strategies: keys of :data:`helpers.conv.STRATEGIES` other than the library's
+            (``reference``, ``reference-tf32``; None: all with code for the device; ``[]``:
+            the library only, in float32).
         min_run_time: seconds timed per call.
         threads: CPU threads during the run (:func:`cpu_threads`; None: leave them).
         deadline, time_limit: rows not started before the deadline (:func:`time.monotonic`)
@@ -414,7 +412,9 @@ def compare(layers: Iterable[ConvConfig] = REPRESENTATIVE, device: str = "cpu", 
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    ours = [s for s in STRATEGIES if s != "reference" and device in STRATEGIES[s].devices]
+    # ours: every float32 strategy but the library (reference-tf32 is the library too)
+    ours = [s for s, st in STRATEGIES.items() if st.family != "library"
+            and device in st.devices]
     for s in strategies or ():
         if s not in ours:
             raise ValueError(f"strategies must be among {ours} on {device}, got {s!r}")

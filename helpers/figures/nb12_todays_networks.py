@@ -170,7 +170,8 @@ def strategies_figure(rows: Sequence[dict], title: str = "Five layers: our strat
     for strategy in dict.fromkeys(r["strategy"] for r in timed):
         by = {f"{r['layer_type']}<br>{r['network']}": value(r["median_ms"]) for r in timed
               if r["strategy"] == strategy}
-        name = "library (torch)" if strategy == "reference" else strategy
+        name = {"reference": "library (torch)",
+                "reference-tf32": "library (torch, TF32)"}.get(strategy, strategy)
         fig.add_trace(go.Bar(
             x=layers, y=[by.get(lay) for lay in layers], name=name,
             marker=dict(color=color_for(strategy)),

@@ -17,7 +17,8 @@ from helpers.device import backend
 from helpers.figures import colab_renderer
 
 #: One colour per backend or strategy, kept across the whole workbook (colour-blind-safe
-#: Okabe-Ito palette).
+#: Okabe-Ito palette); ``reference-tf32``, the library in TF32, a lighter shade of
+#: ``reference``'s blue, greyer than ``im2col-gemm``'s sky blue.
 COLORS = {
     "numpy": "#E69F00",
     "torch": "#0072B2",
@@ -26,6 +27,7 @@ COLORS = {
     "numba-naive": "#D55E00",
     "cublas": "#0072B2",
     "reference": "#0072B2",
+    "reference-tf32": "#94B8DB",
     "direct-naive": "#D55E00",
     "direct-tiled": "#CC79A7",
     "im2col-gemm": "#56B4E9",
