@@ -370,8 +370,7 @@ def test_every_part_is_told_its_time():
 
 def test_tier_one_fits_the_default_budget():
     tier_one = [p for p in ref.PARTS if p.tier == 1]
-    assert {p.name for p in tier_one} == {"throughput", "conv-b128", "kernel-resources",
-                                          "memory-access", "transfers", "precision"}
+    assert [p.name for p in tier_one] == ["climb", "conv-b128"]   # the climb first
     assert sum(p.budget_s for p in tier_one) + ref._PREFLIGHT_S + ref._PACK_S \
         <= ref.DEFAULT_BUDGET_S
     assert len({p.name for p in ref.PARTS}) == len(ref.PARTS)
@@ -451,6 +450,47 @@ def test_headline_reads_the_ratios_from_the_files(tmp_path):
     text = summary.format_summary([dict(r, status="ok", seconds=1.0, budget_s=2.0, measured=1,
                                         rows=1, note="") for r in rows], tmp_path)
     assert "0.100 of it" in text and "0.75x" in text
+
+
+def _climb_row(experiment, item, **kw):
+    row = {k: None for k in ("experiment", "item", "rung", "layer", "n", "median_ms", "gflop_s",
+                             "gb_s_written", "vs_fp32", "vs_tf32", "status")}
+    row.update({"experiment": experiment, "item": item, "status": "ok", "median_ms": 1.0, **kw})
+    return row
+
+
+def test_headline_prints_the_climb_targets_measured_in_the_run(tmp_path):
+    """Each target of the climb, read from the run's own files, with met or not met."""
+    climb = [_climb_row("gemm", "cuBLAS FP32", n=4096, gflop_s=50_000.0, vs_fp32=1.0),
+             _climb_row("gemm", "128-bit loads", rung=6, n=4096, gflop_s=30_000.0, vs_fp32=0.6,
+                        vs_tf32=0.2),
+             _climb_row("gemm", "autotuned tiles", rung=7, n=4096, gflop_s=36_000.0,
+                        vs_fp32=0.72, vs_tf32=0.24),
+             _climb_row("gemm", "naive, coalesced", rung=2, status="failed: planted"),
+             _climb_row("im2col", "im2col_kernel", layer="Figure 4", gb_s_written=183.0),
+             _climb_row("im2col", "im2col_window_kernel", layer="Figure 4", gb_s_written=2100.0),
+             _climb_row("im2col", "im2col_window_kernel", layer="Conv1", gb_s_written=9999.0)]
+    results.save("climb_test-gpu", climb, directory=tmp_path)
+    conv = [_conv_row(layer, s, ms, ref) for layer, s, ms, ref in (
+        ("Conv1", "reference", 2.0, 2.0), ("Conv1", "reference-tf32", 1.0, 2.0),
+        ("Conv1", "direct-tiled", 30.0, 2.0), ("Conv1", "im2col-gemm", 3.0, 2.0),
+        ("Conv2", "reference", 1.0, 1.0), ("Conv2", "direct-tiled", 12.0, 1.0),
+        ("Conv2", "im2col-gemm", 2.5, 1.0))]
+    results.save("conv_table1_b128_test-gpu", conv, directory=tmp_path)
+    rows = [{"part": "climb", "files": "climb_test-gpu.csv;climb_test-gpu.json"},
+            {"part": "conv-b128", "files": "conv_table1_b128_test-gpu.csv"}]
+    c = summary.headline(tmp_path, rows)["climb"]
+    assert c["gemm_rung"] == "autotuned tiles" and c["gemm_vs_fp32"] == pytest.approx(0.72)
+    assert c["im2col_gb_s"] == 2100.0 and c["im2col_first_gb_s"] == 183.0   # Figure 4's, only
+    assert (c["direct_vs_fp32"], c["direct_layer"]) == (15.0, "Conv1")       # the worst layer
+    assert c["direct_vs_tf32"] == pytest.approx(30.0)
+    assert (c["im2col_vs_fp32"], c["im2col_layer"]) == (2.5, "Conv2")
+    text = summary.format_summary([dict(r, status="ok", seconds=1.0, budget_s=2.0, measured=1,
+                                        rows=1, note="") for r in rows], tmp_path)
+    assert "0.720 (autotuned tiles; 0.240 of TF32)" in text
+    assert "2,100 GB/s (first kernel: 183 GB/s)" in text
+    assert "15.00x at Conv1 (30.00x TF32)  [target <= 10x, stretch <= 4x: not met]" in text
+    assert "2.50x at Conv2" in text and text.count(": met]") == 2
 
 
 def test_count_rows_tells_measured_from_skipped(tmp_path):
