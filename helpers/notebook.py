@@ -28,6 +28,8 @@ __all__ = [
     "setup",
     "source_of",
     "show_source",
+    "source_lines",
+    "show_lines",
     "reveal",
     "reveal_html",
 ]
@@ -136,6 +138,28 @@ def source_of(obj) -> str:
 def show_source(*objs) -> None:
     """Display the source of each object, syntax-highlighted."""
     display(Code("\n\n".join(source_of(o) for o in objs), language="python"))
+
+
+def source_lines(obj, first: str, last: str) -> str:
+    """The lines of ``obj``'s source (:func:`source_of`) from the first line containing
+    ``first`` through the next line containing ``last``, dedented: the few lines that matter.
+
+    Raises:
+        TypeError: no source. ValueError: ``first``, or ``last`` after it, not found.
+    """
+    lines = source_of(obj).splitlines()
+    start = next((i for i, ln in enumerate(lines) if first in ln), None)
+    if start is None:
+        raise ValueError(f"no line of {getattr(obj, '__name__', obj)!r} contains {first!r}")
+    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
+    if end is None:
+        raise ValueError(f"no line after {first!r} contains {last!r}")
+    return textwrap.dedent("\n".join(lines[start:end + 1]))
+
+
+def show_lines(obj, first: str, last: str) -> None:
+    """Display :func:`source_lines` of ``obj``, syntax-highlighted."""
+    display(Code(source_lines(obj, first, last), language="python"))
 
 
 
