@@ -7,6 +7,7 @@ headline last."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import shutil
@@ -477,6 +478,11 @@ def test_headline_prints_the_climb_targets_measured_in_the_run(tmp_path):
         ("Conv2", "reference", 1.0, 1.0), ("Conv2", "direct-tiled", 12.0, 1.0),
         ("Conv2", "im2col-gemm", 2.5, 1.0))]
     results.save("conv_table1_b128_test-gpu", conv, directory=tmp_path)
+    for name in ("climb_test-gpu", "conv_table1_b128_test-gpu"):   # as a GPU machine saves them
+        meta_path = tmp_path / f"{name}.json"
+        meta = json.loads(meta_path.read_text())
+        meta["environment"].update(gpu_name="Test GPU", driver_version="1.0")
+        meta_path.write_text(json.dumps(meta))
     rows = [{"part": "climb", "files": "climb_test-gpu.csv;climb_test-gpu.json"},
             {"part": "conv-b128", "files": "conv_table1_b128_test-gpu.csv"}]
     c = summary.headline(tmp_path, rows)["climb"]
@@ -491,6 +497,17 @@ def test_headline_prints_the_climb_targets_measured_in_the_run(tmp_path):
     assert "2,100 GB/s (first kernel: 183 GB/s)" in text
     assert "15.00x at Conv1 (30.00x TF32)  [target <= 10x, stretch <= 4x: not met]" in text
     assert "2.50x at Conv2" in text and text.count(": met]") == 2
+    assert "measured on GPU: Test GPU (driver 1.0)" in text
+
+
+def test_the_climb_targets_are_not_judged_on_a_cpu_run(tmp_path):
+    """A dry run's CPU timings stand against no GPU target: the headline says so instead."""
+    results.save("climb_cpu", [_climb_row("gemm", "autotuned tiles", rung=7, gflop_s=5.0,
+                                          vs_fp32=0.9)], directory=tmp_path)
+    rows = [{"part": "climb", "files": "climb_cpu.csv;climb_cpu.json", "status": "ok",
+             "seconds": 1.0, "budget_s": 2.0, "measured": 1, "rows": 1, "note": ""}]
+    text = summary.format_summary(rows, tmp_path)
+    assert "judged on a GPU" in text and ": met]" not in text and "not met" not in text
 
 
 def test_count_rows_tells_measured_from_skipped(tmp_path):
