@@ -23,8 +23,8 @@ import json
 import textwrap
 from collections.abc import Sequence
 
+from helpers import compile_cache, occupancy
 from helpers import compiler_worker as worker
-from helpers import occupancy
 from helpers.device import backend
 
 __all__ = ["Target", "TARGETS", "DEFAULT_TARGETS", "Fp64Instruction", "CompiledKernel",
@@ -301,7 +301,8 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
 
     Returns:
         One :class:`CompiledKernel`, or the :class:`CompileError` the compiler raised, per job,
-        in order. Results are cached per (kernel source, argument types, target).
+        in order. Results are cached per (kernel source, argument types, target), in this
+        process and on disk for other processes (:mod:`helpers.compile_cache`).
 
     Raises:
         ValueError: an unknown target, argument types that are not a sequence of strings, or a
@@ -319,10 +320,18 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
              "target": job.target, "sass": bool(sass)}
         described.append(d)
         keys.append(json.dumps(d, sort_keys=True))
-    todo = [d for d, k in zip(described, keys) if k not in _CACHE]
+    todo = []
+    for d, k in zip(described, keys):
+        if k not in _CACHE:
+            kept = compile_cache.get(d)   # compiled before, by this or another process
+            if kept is None:
+                todo.append(d)
+            else:
+                _CACHE[k] = kept
     if todo:
         for d, raw in zip(todo, _run(todo)):
             _CACHE[json.dumps(d, sort_keys=True)] = raw
+            compile_cache.put(d, raw)
     out = []
     for k in keys:
         try:

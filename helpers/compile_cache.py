@@ -1,0 +1,98 @@
+"""The real compiler's answers kept on disk, so that a kernel compiled once is not compiled again
+by another process (a notebook, a test worker, the next run).
+
+:func:`get` and :func:`put` read and write one answer of :mod:`helpers.compiler_worker` (a JSON
+dict) under a key made from the job's description and :func:`fingerprint`: the Python version,
+the bytes of every module of :mod:`helpers` and the compiler's package versions, so any change
+to the code or the compiler misses the cache. The folder is ``$WORKBOOK_COMPILE_CACHE``, else
+``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled`` (``~/.cache/...``); ``WORKBOOK_COMPILE_CACHE=off``
+turns it off. Entries are written whole (a temporary file, then renamed), so concurrent
+processes never read half an entry; an unreadable entry is a miss.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+__all__ = ["ENV", "MAX_ENTRIES", "folder", "fingerprint", "key", "get", "put"]
+
+#: The environment variable that moves the cache (a folder) or turns it off (``off``).
+ENV = "WORKBOOK_COMPILE_CACHE"
+
+#: Entries kept; beyond it the oldest are removed when one is written.
+MAX_ENTRIES = 2000
+
+_PACKAGES = ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "nvidia-nvjitlink",
+             "nvidia-cuda-nvcc", "nvidia-nvvm")
+
+
+def folder() -> pathlib.Path | None:
+    """The cache's folder, or None when ``WORKBOOK_COMPILE_CACHE=off``."""
+    where = os.environ.get(ENV, "")
+    if where.lower() in ("off", "0", "no", "false"):
+        return None
+    if where:
+        return pathlib.Path(where).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "gpu-cnn-workbook" / "compiled"
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """A hash of the Python version (Numba compiles its bytecode), every ``.py`` file of
+    :mod:`helpers` and the compiler's package versions: what a cached answer was computed
+    with."""
+    import sys
+    from importlib import metadata
+
+    h = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]}".encode())
+    root = pathlib.Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    for name in _PACKAGES:
+        try:
+            h.update(f"{name}={metadata.version(name)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{name}=none".encode())
+    return h.hexdigest()
+
+
+def key(job: dict) -> str:
+    """The cache key of one job's JSON description (kernel, argument types, target, SASS)."""
+    text = json.dumps(job, sort_keys=True)
+    return hashlib.sha256((fingerprint() + text).encode()).hexdigest()
+
+
+def get(job: dict) -> dict | None:
+    """The answer kept for ``job``, or None (no cache, no entry, or an unreadable one)."""
+    where = folder()
+    if where is None:
+        return None
+    try:
+        return json.loads((where / f"{key(job)}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def put(job: dict, answer: dict) -> None:
+    """Keep ``answer`` for ``job`` (silently nothing where the folder cannot be written)."""
+    where = folder()
+    if where is None:
+        return
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, suffix=".part")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(answer, fh)
+        os.replace(tmp, where / f"{key(job)}.json")
+        entries = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:max(0, len(entries) - MAX_ENTRIES)]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return
