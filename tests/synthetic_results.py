@@ -275,16 +275,17 @@ def _gpu_experiments(directory) -> str:
     for s in (1, 2, 4, 8, 16, 32):
         sectors = min(32, 4 * s) / 4  # 32-byte sectors per 128 useful bytes, relative
         t = 8 * n / (0.85 * PEAK_BW) * (0.5 + 0.5 * sectors)
-        rows.append(memory_access._row("coalescing", f"stride {s}", s, n, _timing(t), 8 * n))
+        rows.append(memory_access.timings._row("coalescing", f"stride {s}", s, n, _timing(t),
+                                               8 * n))
     size = 8192
     for variant, pitch, slow in (("naive", 0, 3.0), ("shared 32 x 32", 32, 1.6),
                                  ("shared 32 x 33", 33, 1.0)):
         t = 8 * size * size / (0.8 * PEAK_BW) * slow
-        rows.append(memory_access._row("transpose", variant, pitch, size * size, _timing(t),
-                                       8 * size * size))
+        rows.append(memory_access.timings._row("transpose", variant, pitch, size * size,
+                                               _timing(t), 8 * size * size))
     for variant, slow in (("parity", 2.0), ("warp", 1.0)):
-        rows.append(memory_access._row("divergence", variant, 256, 1 << 22,
-                                       _timing(1.5e-4 * slow), None))
+        rows.append(memory_access.timings._row("divergence", variant, 256, 1 << 22,
+                                               _timing(1.5e-4 * slow), None))
     return _save(directory, f"{memory_access.PREFIX}{SLUG}", rows, memory_access.COMMAND)
 
 

@@ -15,6 +15,7 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 from helpers import results
 from helpers.device import backend
 from helpers.experiments import memory_access as ma
+from helpers.experiments.memory_access import timings
 
 # --------------------------------------------------------------------------- coalescing
 
@@ -267,9 +268,9 @@ def _stub_experiments(monkeypatch) -> list[str]:
                      "status": "ok"}]
         return run
 
-    monkeypatch.setattr(ma, "_require_gpu", lambda: None)
+    monkeypatch.setattr(timings, "_require_gpu", lambda: None)
     for name in ("coalescing", "transpose", "divergence"):
-        monkeypatch.setattr(ma, f"measure_{name}", stub(name))
+        monkeypatch.setattr(timings, f"measure_{name}", stub(name))
     return called
 
 
@@ -280,7 +281,7 @@ def test_experiments_not_begun_by_the_deadline_are_rows_saying_so(monkeypatch):
     assert [r["experiment"] for r in rows] == ["coalescing", "transpose", "divergence"]
     assert all(r["status"] == "skipped: time limit of 7.5 s reached" and r["median_ms"] is None
                for r in rows)
-    assert all(list(r) == list(ma._row("e", "v", 1, 8, SimpleNamespace(
+    assert all(list(r) == list(timings._row("e", "v", 1, 8, SimpleNamespace(
         median_ms=1.0, iqr_s=0.0, median_s=1e-3, device="GPU: x"), None)) for r in rows)
     rows = ma.measure(deadline=None)
     assert called == ["coalescing", "transpose", "divergence"]
