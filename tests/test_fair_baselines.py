@@ -282,13 +282,13 @@ def test_library_kernels_lists_the_float32_kernels_unless_asked_for_tf32(tf32_on
 
 def test_precision_times_our_strategies_unpoisoned_and_checks_them_poisoned(monkeypatch):
     states = []
-    real = precision.benchmark
+    real = precision.timings.benchmark
 
     def spy(fn, *a, **k):
         states.append(arrays.poisoning())
         return real(fn, *a, **k)
 
-    monkeypatch.setattr(precision, "benchmark", spy)
+    monkeypatch.setattr(precision.timings, "benchmark", spy)
     rows = precision.measure(["conv"], ["float32"], device="cpu", strategies=["im2col-gemm"],
                              min_run_time=0.005)
     assert states == [False] and rows[0]["status"] == "ok"

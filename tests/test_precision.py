@@ -9,6 +9,7 @@ from helpers import results
 from helpers.conv import STRATEGIES, ConvConfig
 from helpers.device import backend
 from helpers.experiments import precision as P
+from helpers.experiments.precision import support
 from helpers.figures import nb10_precision
 
 SMALL = ConvConfig.from_study(b=2, i=10, f=4, k=3, s=1, c=3, name="tiny")
@@ -103,8 +104,8 @@ def test_a_missing_kernel_is_found_by_a_tiny_call_and_cached(monkeypatch):
         calls.append(dt)
         raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'')
 
-    P._kernel_reason.cache_clear()
-    monkeypatch.setitem(P._PROBES, "gemm", (broken, 4.0))
+    support._kernel_reason.cache_clear()
+    monkeypatch.setitem(support._PROBES, "gemm", (broken, 4.0))
     try:
         first = P.supports("float16", "gemm", "cpu")
         assert first.startswith("torch has no float16 gemm kernel on the CPU")
@@ -113,16 +114,16 @@ def test_a_missing_kernel_is_found_by_a_tiny_call_and_cached(monkeypatch):
         assert len(calls) == 1  # tried once, then cached
         assert P.supports("float32", "gemm", "cpu") is None  # float32 needs no probe
     finally:
-        P._kernel_reason.cache_clear()
+        support._kernel_reason.cache_clear()
 
 
 def test_a_kernel_that_gives_a_wrong_answer_is_refused(monkeypatch):
-    P._kernel_reason.cache_clear()
-    monkeypatch.setitem(P._PROBES, "conv", (lambda dt, dev: torch.zeros(1, 3, 2, 2), 18.0))
+    support._kernel_reason.cache_clear()
+    monkeypatch.setitem(support._PROBES, "conv", (lambda dt, dev: torch.zeros(1, 3, 2, 2), 18.0))
     try:
         assert "wrong result" in P.supports("bfloat16", "conv", "cpu")
     finally:
-        P._kernel_reason.cache_clear()
+        support._kernel_reason.cache_clear()
 
 
 def test_native_follows_the_cpu_flags():
