@@ -18,7 +18,7 @@ from torch import nn
 import helpers  # noqa: F401  (decides the backend first)
 from helpers import results
 from helpers.experiments import hotspots, layer_times
-from helpers.experiments.hotspots import main, refusal
+from helpers.experiments.hotspots import budget, main, profiling, refusal
 from helpers.experiments.layer_costs import GROUPS, layer_flops
 from helpers.experiments.layer_times import classify, profile_module
 from helpers.figures import nb02_hotspots
@@ -243,7 +243,7 @@ def test_far_too_slow_runs_are_refused_up_front(monkeypatch):
     def no_run(*a, **k):
         raise AssertionError("a refused run must not start")
 
-    monkeypatch.setattr(hotspots, "profile_module", no_run)
+    monkeypatch.setattr(profiling, "profile_module", no_run)
     reason = refusal("vgg16", 64, 224, 10, "cpu", budget_s=30)
     assert reason.startswith("refused:") and "GFLOP" in reason and "30 s budget" in reason
     with pytest.raises(ValueError, match="refused"):
@@ -259,7 +259,7 @@ def test_estimate_is_seconds_that_grow_with_the_work():
 
 
 def test_runs_too_large_for_memory_are_refused(monkeypatch):
-    monkeypatch.setattr(hotspots.memory, "available_bytes", lambda device: 2**30)
+    monkeypatch.setattr(budget.memory, "available_bytes", lambda device: 2**30)
     reason = refusal("vgg16", 64, 224, 1, "cpu", budget_s=1e9)
     assert reason.startswith("refused:") and "GiB" in reason
 
@@ -429,7 +429,7 @@ def test_command_saves_no_cpu_profiles_even_with_out(tmp_path, capsys):
 
 def test_each_profile_is_handed_over_as_soon_as_it_is_measured(monkeypatch):
     """So that the command saves after each network: a run stopped later keeps those."""
-    monkeypatch.setattr(hotspots, "measure", lambda model, *a, **k: SimpleNamespace(model=model))
+    monkeypatch.setattr(profiling, "measure", lambda model, *a, **k: SimpleNamespace(model=model))
     handed = []
     profiles, late = hotspots.profile_models([("alexnet", 32), ("vgg16", 32)], 1, 1,
                                              on_profile=handed.append)

@@ -1,40 +1,36 @@
-"""Hotspot layers: the share of CNN training time each layer type takes (the study's Figure 2).
+"""Profiling the study's four networks in training, the shares by layer type, and the command
+line.
 
-Trains the four networks of :mod:`helpers.networks.figure2` for a few iterations (forward,
-cross-entropy loss, backward, SGD step) under ``torch.profiler`` and splits the time by layer
-type (:mod:`helpers.experiments.layer_times`); runs that the analytic FLOP count
-(:mod:`helpers.experiments.layer_costs`) says would take far too long are refused up front.
-:func:`estimate` (seconds) and :func:`refusal`, :func:`measure` (a live profile),
-:func:`recorded` (GPU profiles from ``results/hotspots_*``), :func:`main`::
+:func:`measure` trains one network of :mod:`helpers.networks.figure2` for a few iterations under
+``torch.profiler`` (:mod:`helpers.experiments.layer_times`), after :func:`.budget.refusal`;
+:func:`profile_models` runs several until a deadline; :func:`format_table` and
+:func:`compare_with_study` set the shares beside the study's Figure 2; :func:`main` is
+``python -m helpers.experiments.hotspots``. Units: seconds; input size in pixels (height =
+width); batch in images.
 
-    python -m helpers.experiments.hotspots --model alexnet|googlenet|vgg16|overfeat|all [--batch N
-        --input S --iterations I --warmup W --device cpu|cuda --threads T --budget S --save
-        --out DIR --time-limit S]
-
-Units: seconds; input size in pixels (height = width); batch in images. Source: Li et al.,
-"Performance Analysis of GPU-based Convolutional Neural Networks", ICPP 2016, IV-A, Figure 2.
+Source: Li et al., "Performance Analysis of GPU-based Convolutional Neural Networks", ICPP 2016,
+IV-A, Figure 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import pathlib
 import sys
 import time
 
 from helpers import results
-from helpers.device import backend, memory
+from helpers.device import backend
 from helpers.device.progress import time_limit_status, time_up
-from helpers.experiments.layer_costs import GROUPS, layer_flops
-from helpers.experiments.layer_times import HotspotProfile, check_run_args, profile_module
+from helpers.experiments.hotspots.budget import estimate, refusal
+from helpers.experiments.hotspots.records import PREFIX, recorded, save
+from helpers.experiments.layer_costs import GROUPS
+from helpers.experiments.layer_times import HotspotProfile, profile_module
 from helpers.networks import figure2
 from helpers.networks.figure2 import MODELS, NAMES, NATIVE_INPUT
 from helpers.paper import STUDY_FIGURE2
 
-__all__ = ["ASSUMED_EFFICIENCY", "COMMAND", "CPU_DEFAULTS", "GPU_DEFAULTS", "PREFIX",
-           "STUDY_FIGURE2", "RecordedProfiles", "compare_with_study", "estimate", "format_table",
-           "main", "measure", "profile_models", "recorded", "refusal", "save"]
+__all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "compare_with_study", "format_table", "main",
+           "measure", "profile_models"]
 
 #: Default run on a CPU: small enough that all four networks take well under a minute on a
 #: 2-core machine (our choice; the study gives no batch size for Figure 2). One thread:
@@ -44,120 +40,6 @@ CPU_DEFAULTS = {"batch": 4, "input_size": 128, "iterations": 2, "threads": 1}
 
 #: Default run on a GPU: batch 64, each network's native input size, 10 iterations as the study.
 GPU_DEFAULTS = {"batch": 64, "input_size": None, "iterations": 10, "threads": None}
-
-#: Fraction of the device's peak FP32 FLOP/s that :func:`estimate` assumes training reaches.
-#: Optimistic on purpose, so that a refused run is surely too slow.
-ASSUMED_EFFICIENCY = 0.5
-
-#: File-name prefix of this experiment's datasets in ``results/``.
-PREFIX = "hotspots_"
-
-#: The command that records the GPU profiles that :func:`recorded` reads (on a GPU machine).
-COMMAND = "python -m helpers.experiments.hotspots --model all --save"
-
-
-# ----------------------------------------------------------------------------------------------
-# estimate: refusing runs that would take far too long.
-# ----------------------------------------------------------------------------------------------
-
-
-def _peak_flops(device: str, threads: int | None = None) -> tuple[float, str]:
-    info = backend.info()
-    if device == "cuda":
-        if info.gpu_peak_fp16_tensor_flops:  # cuDNN may use TF32 tensor cores for float32
-            return info.gpu_peak_fp16_tensor_flops / 2, f"{info.gpu_name} TF32 peak (datasheet)"
-        if info.gpu_peak_fp32_flops:
-            return info.gpu_peak_fp32_flops, f"{info.gpu_name} FP32 peak (datasheet)"
-        return 20e12, "an assumed 20 TFLOP/s (GPU not in helpers.device.backend.KNOWN_GPUS)"
-    cores = info.cpu_logical_cores or info.cpu_physical_cores or 1
-    part = min(threads, cores) / cores if threads else 1.0
-    on = f", {min(threads, cores)} of {cores} cores" if threads else ""
-    if info.cpu_peak_fp32_flops_estimate:
-        return (part * info.cpu_peak_fp32_flops_estimate,
-                f"{info.cpu_label} estimated FP32 peak{on}")
-    return part * 100e9, f"an assumed 100 GFLOP/s (CPU peak unknown){on}"
-
-
-def _check_args(model_name, batch, input_size, iterations, device, warmup, threads=None) -> None:
-    figure2.check_input_size(model_name, input_size)
-    check_run_args(batch, iterations, warmup, device, threads)
-
-
-def estimate(model_name: str, batch: int, input_size: int, iterations: int,
-             device: str = "cpu", warmup: int = 1, threads: int | None = None) -> float:
-    """A rough lower estimate of a :func:`measure` run's time, in seconds (float).
-
-    ``(warmup + iterations) x batch x training FLOPs per image``
-    (:func:`helpers.experiments.layer_costs.layer_flops`, 3 x forward) divided by
-    :data:`ASSUMED_EFFICIENCY` x the device's peak FLOP/s (the CPU's estimated peak from
-    :func:`helpers.device.backend.info`, the part of it that ``threads`` cores give; a GPU's
-    datasheet TF32 or FP32 peak). An assumption for refusing runs up front, never reported as
-    a measurement.
-
-    Args:
-        model_name, batch, input_size, iterations, device, warmup, threads: as :func:`measure`.
-
-    Raises:
-        ValueError: as :func:`measure`.
-    """
-    _check_args(model_name, batch, input_size, iterations, device, warmup, threads)
-    cost = layer_flops(model_name, input_size, 1)
-    peak, _ = _peak_flops(device, threads)
-    return (warmup + iterations) * batch * cost.training_flops / (ASSUMED_EFFICIENCY * peak)
-
-
-def _memory_needed(model_name: str, batch: int, input_size: int) -> int:
-    """About the bytes training needs: weights and their gradients, plus every layer's output
-    and its gradient (float32)."""
-    cost = layer_flops(model_name, input_size, batch)
-    return 4 * (2 * cost.params + 2 * cost.activations)
-
-
-def refusal(model_name: str, batch: int, input_size: int, iterations: int, device: str = "cpu",
-            warmup: int = 1, budget_s: float = 120.0, threads: int | None = None) -> str | None:
-    """Why a :func:`measure` run should not be started, or None if it may.
-
-    Refused: a CUDA run on a machine without a GPU; an estimated time (:func:`estimate`) over
-    ``budget_s`` seconds; an estimated memory need (weights, gradients and every layer's
-    output, float32) over half of the memory available on the device.
-
-    Args:
-        model_name, batch, input_size, iterations, device, warmup, threads: as :func:`measure`.
-        budget_s: the longest acceptable run, seconds.
-
-    Returns:
-        None, or a message starting with ``"refused:"`` that gives the estimate.
-
-    Raises:
-        ValueError: as :func:`measure`; ``budget_s <= 0``.
-    """
-    _check_args(model_name, batch, input_size, iterations, device, warmup, threads)
-    if not budget_s > 0:
-        raise ValueError(f"budget_s must be > 0 seconds, got {budget_s!r}")
-    if device == "cuda" and backend.MODE != "gpu":
-        return (f"refused: device='cuda' needs a CUDA GPU and this machine has none "
-                f"({backend.MODE_REASON}); GPU measurements come from results/ ({PREFIX}*)")
-    est = estimate(model_name, batch, input_size, iterations, device, warmup, threads)
-    if est > budget_s:
-        peak, source = _peak_flops(device, threads)
-        per_image = layer_flops(model_name, input_size).training_flops
-        gflop = (warmup + iterations) * batch * per_image / 1e9
-        return (f"refused: {MODELS[model_name]} at {input_size} px, batch {batch}, "
-                f"{warmup} + {iterations} iterations is about {gflop:,.0f} GFLOP; at "
-                f"{ASSUMED_EFFICIENCY:.0%} of {peak / 1e9:,.0f} GFLOP/s ({source}) that is at "
-                f"least {est:,.0f} s, over the {budget_s:g} s budget. Use a smaller batch or "
-                f"input, or a GPU.")
-    need, avail = _memory_needed(model_name, batch, input_size), memory.available_bytes(device)
-    if need > avail // 2:
-        return (f"refused: {MODELS[model_name]} at {input_size} px, batch {batch} needs about "
-                f"{need / 2**30:,.1f} GiB (weights, gradients, layer outputs), over half of the "
-                f"{avail / 2**30:,.1f} GiB available on {device}")
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# measure: profiling one network's training iterations.
-# ----------------------------------------------------------------------------------------------
 
 
 def measure(model_name: str, batch: int, input_size: int, iterations: int,
@@ -310,94 +192,6 @@ def compare_with_study(profiles: list[HotspotProfile]) -> list[dict]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# recorded: GPU profiles in results/.
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordedProfiles:
-    """The GPU profiles in ``results/hotspots_*`` (from :func:`recorded`); true if any.
-
-    Attributes:
-        profiles: one :class:`helpers.experiments.layer_times.HotspotProfile` per network and
-            run, ``source="reference"``, ``device_label`` the GPU and ``date`` the ISO date of
-            the run (``detail`` is empty: only the groups are saved).
-        note: one line for a learner: the GPUs and dates they come from, or the command
-            (:data:`COMMAND`) that records them on a GPU machine.
-    """
-
-    profiles: list[HotspotProfile]
-    note: str
-
-    def __bool__(self) -> bool:
-        return bool(self.profiles)
-
-
-def recorded(*, directory: pathlib.Path | str | None = None) -> RecordedProfiles:
-    """The GPU profiles recorded in ``results/`` by :data:`COMMAND` (or notebook 02 on a GPU),
-    read through :func:`helpers.results.recorded` (rows with ``device_kind == "cuda"``).
-
-    Args:
-        directory: default :data:`helpers.results.RESULTS_DIR`.
-
-    Returns:
-        A :class:`RecordedProfiles` (no profiles, and a note naming :data:`COMMAND`, if nothing
-        is recorded).
-    """
-    rec = results.recorded(PREFIX, COMMAND, directory=directory)
-    # Each saved profile is a run of consecutive rows, one per group, of one device and model.
-    runs: list[list[dict]] = []
-    for r in rec.rows:
-        run = runs[-1] if runs else None
-        if (run is None or (r["device"], r["model"]) != (run[0]["device"], run[0]["model"])
-                or any(x["group"] == r["group"] for x in run)):
-            runs.append([r])
-        else:
-            run.append(r)
-    profiles = []
-    for run in runs:
-        r0 = run[0]
-        label, _, date = str(r0["device"]).rpartition(", ")
-        profiles.append(HotspotProfile(
-            model=str(r0["model"]), device="cuda", device_label=label,
-            time_kind=str(r0["time_kind"]), batch=int(r0["batch"]),
-            input_size=int(r0["input_size"]), iterations=int(r0["iterations"]),
-            warmup=int(r0["warmup"]), seconds={r["group"]: float(r["seconds"]) for r in run},
-            detail={}, total_s=float(r0["total_s"]), wall_s=float(r0["wall_s"]),
-            threads=int(r0.get("threads") or 0), source="reference", date=date))
-    return RecordedProfiles(profiles, rec.note)
-
-
-def save(profiles: list[HotspotProfile], *, command: str,
-         directory: pathlib.Path | str | None = None) -> tuple[pathlib.Path, pathlib.Path]:
-    """Write GPU profiles to ``results/hotspots_<gpu>.csv`` + ``.json`` (one row per network
-    and layer type; the JSON names the GPU, driver, library versions and date).
-
-    Args:
-        profiles: measured on a GPU (``device == "cuda"``). command: what produced them.
-        directory: default :data:`helpers.results.RESULTS_DIR`.
-
-    Returns:
-        The two paths written.
-
-    Raises:
-        ValueError: no profiles, or a profile not measured on a GPU (``results/`` holds GPU
-            measurements only).
-    """
-    if not profiles or any(p.device != "cuda" for p in profiles):
-        raise ValueError("save needs profiles measured on a GPU (device 'cuda'): results/ holds "
-                         "GPU measurements only")
-    name = f"{PREFIX}{results.slug(backend.info().gpu_name or 'gpu')}"
-    rows = [r for p in profiles for r in p.rows()]
-    return results.save(name, rows, command=command, directory=directory)
-
-
-# ----------------------------------------------------------------------------------------------
-# main: the command line.
-# ----------------------------------------------------------------------------------------------
-
-
 def _sizes(model_names, input_size):
     return [(m, input_size if input_size is not None else NATIVE_INPUT[m]) for m in model_names]
 
@@ -495,7 +289,3 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("not saved: results/ holds GPU measurements (run with --device cuda on a GPU)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
