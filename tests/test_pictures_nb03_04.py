@@ -9,7 +9,7 @@ import torch
 import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imported)
 from helpers.conv import config_for, conv2d, direct, gemm
 from helpers.device.arrays import cuda_device, kernel_array, poisoned
-from helpers.figures import nb03_direct, nb04_unrolling
+from helpers.figures import nb03_tiled, nb04_unrolling
 
 FOOTPRINTS = [  # h, w, r, s, stride, padding, tile_p, tile_q
     (20, 20, 5, 5, 1, 2, 1, 1),
@@ -38,7 +38,7 @@ def _brute_reads(h, w, r, s, stride, padding, tile_p, tile_q):
 @pytest.mark.parametrize("args", FOOTPRINTS)
 def test_footprint_matches_the_definition(args):
     h, w, r, s, stride, padding, tile_p, tile_q = args
-    fp = nb03_direct.tiled_block_footprint(*args)
+    fp = nb03_tiled.tiled_block_footprint(*args)
     np.testing.assert_array_equal(fp["reads"], _brute_reads(*args))
     assert fp["reads"].sum() == direct.TILE ** 2 * r * s
     assert fp["rows"] <= direct.IN_TILE and fp["cols"] <= direct.IN_TILE
@@ -48,7 +48,7 @@ def test_footprint_matches_the_definition(args):
 
 
 def test_the_largest_filter_and_stride_fill_the_shared_array_exactly():
-    fp = nb03_direct.tiled_block_footprint(64, 64, direct.MAX_KERNEL, direct.MAX_KERNEL,
+    fp = nb03_tiled.tiled_block_footprint(64, 64, direct.MAX_KERNEL, direct.MAX_KERNEL,
                                            direct.MAX_STRIDE)
     assert fp["rows"] == fp["cols"] == direct.IN_TILE
 
@@ -58,7 +58,7 @@ def test_the_largest_filter_and_stride_fill_the_shared_array_exactly():
 def test_footprint_refuses_what_the_kernel_refuses(bad):
     args = dict(h=20, w=20, r=5, s=5, stride=1, padding=0, tile_p=0, tile_q=0) | bad
     with pytest.raises(ValueError):
-        nb03_direct.tiled_block_footprint(**args)
+        nb03_tiled.tiled_block_footprint(**args)
 
 
 def test_footprint_is_what_the_real_kernel_reads():
@@ -66,7 +66,7 @@ def test_footprint_is_what_the_real_kernel_reads():
     changing one halo element inside it changes them (the real kernel, simulator or GPU)."""
     h = w = 20
     r = s = 5
-    fp = nb03_direct.tiled_block_footprint(h, w, r, s, 1, 2, 1, 1)
+    fp = nb03_tiled.tiled_block_footprint(h, w, r, s, 1, 2, 1, 1)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 1, h, w)).astype(np.float32)
     wt = rng.standard_normal((1, 1, r, s)).astype(np.float32)
@@ -88,13 +88,13 @@ def test_footprint_is_what_the_real_kernel_reads():
 def test_thread_map_covers_every_output_once():
     cfg = config_for((2, 3, 12, 10), (4, 3, 3, 3), 1, 1)
     seen = {}
-    grid = nb03_direct.tiled_thread_map(cfg, (0, 0, 0), (0, 0))["grid"]
+    grid = nb03_tiled.tiled_thread_map(cfg, (0, 0, 0), (0, 0))["grid"]
     for bx in range(grid[0]):
         for by in range(grid[1]):
             for bz in range(grid[2]):
                 for tx in range(direct.TILE):
                     for ty in range(direct.TILE):
-                        m = nb03_direct.tiled_thread_map(cfg, (bx, by, bz), (tx, ty))
+                        m = nb03_tiled.tiled_thread_map(cfg, (bx, by, bz), (tx, ty))
                         if m["writes"]:
                             key = (m["n"], m["k"], m["p"], m["q"])
                             assert key not in seen
@@ -127,7 +127,7 @@ def test_thread_map_matches_the_blocks_the_real_kernel_writes():
             for bz in range(cut[2]):
                 for tx in range(direct.TILE):
                     for ty in range(direct.TILE):
-                        m = nb03_direct.tiled_thread_map(cfg, (bx, by, bz), (tx, ty))
+                        m = nb03_tiled.tiled_thread_map(cfg, (bx, by, bz), (tx, ty))
                         if m["writes"]:
                             expected[m["n"], m["k"], m["p"], m["q"]] = True
     np.testing.assert_array_equal(written, expected)
@@ -136,20 +136,20 @@ def test_thread_map_matches_the_blocks_the_real_kernel_writes():
 def test_thread_map_refuses_blocks_and_threads_outside_the_launch():
     cfg = config_for((1, 1, 8, 8), (1, 1, 3, 3))
     with pytest.raises(ValueError, match="block"):
-        nb03_direct.tiled_thread_map(cfg, (1, 0, 0), (0, 0))
+        nb03_tiled.tiled_thread_map(cfg, (1, 0, 0), (0, 0))
     with pytest.raises(ValueError, match="thread"):
-        nb03_direct.tiled_thread_map(cfg, (0, 0, 0), (direct.TILE, 0))
+        nb03_tiled.tiled_thread_map(cfg, (0, 0, 0), (direct.TILE, 0))
 
 
 def test_halo_and_thread_figures_name_what_they_draw():
-    fig = nb03_direct.tiled_halo_figure(20, 20, 5, 5, 1, 2, 1, 1)
+    fig = nb03_tiled.tiled_halo_figure(20, 20, 5, 5, 1, 2, 1, 1)
     assert "12 x 12" in fig.layout.title.text
     assert f"MAX_STRIDE + MAX_KERNEL = {direct.IN_TILE}" in fig.layout.title.text
     cfg = config_for((2, 3, 12, 12), (4, 3, 3, 3), 1, 1)
-    fig = nb03_direct.thread_map_figure(cfg, (3, 2, 1), (2, 1))
+    fig = nb03_tiled.thread_map_figure(cfg, (3, 2, 1), (2, 1))
     assert "writes y[1, 2, 9, 10]" in fig.layout.title.text and "27 inputs" in \
         fig.layout.title.text
-    edge = nb03_direct.thread_map_figure(cfg, (3, 2, 1), (7, 7))
+    edge = nb03_tiled.thread_map_figure(cfg, (3, 2, 1), (7, 7))
     assert "no output" in edge.layout.title.text
 
 
