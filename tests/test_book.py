@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools import book
+from tools import book, book_outputs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -36,14 +36,16 @@ def _write(folder: pathlib.Path, name: str, nb) -> None:
 def sources(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     notebooks, labs = tmp_path / "notebooks", tmp_path / "labs"
     stored = '<script src="https://cdn.plot.ly/x.js"></script><div>stored</div>'
-    plotly_out = new_output("display_data", data={book.PLOTLY_MIME: FIGURE, "text/html": stored})
+    plotly_out = new_output("display_data",
+                            data={book_outputs.PLOTLY_MIME: FIGURE, "text/html": stored})
     loader = new_output("display_data", data={
         "text/html": '<script type="module">import "https://cdn.plot.ly/p.min"</script>'})
     _write(notebooks, "00_chart.ipynb",
            _notebook("00 · A chart", "Charts teach runtime.", [loader, plotly_out]))
-    widget_out = new_output("display_data", data={book.WIDGET_MIME: WIDGET,
+    widget_out = new_output("display_data", data={book_outputs.WIDGET_MIME: WIDGET,
                                                   "text/plain": "VBox(children=(IntSlider()))"})
-    png_chart = new_output("display_data", data={book.PLOTLY_MIME: FIGURE, "image/png": PNG})
+    png_chart = new_output("display_data",
+                           data={book_outputs.PLOTLY_MIME: FIGURE, "image/png": PNG})
     _write(notebooks, "01_widget.ipynb",
            _notebook("01 · A widget", "Widgets teach sweeps.", [widget_out, png_chart]))
     _write(labs, "lab1_kernels.ipynb", _notebook("Lab 1 · Kernels", "Write a kernel.", []))
@@ -60,7 +62,7 @@ def test_book_pages_index_and_plotly(sources, tmp_path):
                                        "labs/lab1_kernels.html"]
     for page in pages:
         assert (out / page.href).is_file()
-    assert (out / book.PLOTLY_JS).stat().st_size > 1_000_000      # the local plotly.js copy
+    assert (out / book_outputs.PLOTLY_JS).stat().st_size > 1_000_000  # the local plotly.js copy
     index = (out / "index.html").read_text(encoding="utf-8")
     order = [index.index(href) for href in (p.href for p in pages)]
     assert order == sorted(order)
@@ -70,8 +72,8 @@ def test_book_pages_index_and_plotly(sources, tmp_path):
     chart = (out / "notebooks/00_chart.html").read_text(encoding="utf-8")
     assert pages[0].charts == 1
     assert 'class="plotly-graph-div"' in chart and "Plotly.newPlot" in chart
-    assert chart.count(f'src="../{book.PLOTLY_JS}"') == 1          # plotly.js once, local
-    assert chart.index(f'src="../{book.PLOTLY_JS}"') < chart.index("</head>")
+    assert chart.count(f'src="../{book_outputs.PLOTLY_JS}"') == 1  # plotly.js once, local
+    assert chart.index(f'src="../{book_outputs.PLOTLY_JS}"') < chart.index("</head>")
     assert "cdn.plot.ly" not in chart                              # stored CDN loaders dropped
     assert "<noscript>" in chart and "needs JavaScript" in chart
     assert 'href="../notebooks/01_widget.html"' in chart           # .ipynb links point to pages
@@ -83,11 +85,11 @@ def test_book_widget_note_and_png_fallback(sources, tmp_path):
     pages = book.build_book(out, notebooks, labs, images=False)
     page = (out / "notebooks/01_widget.html").read_text(encoding="utf-8")
     assert pages[1].widgets == 1
-    assert book.WIDGET_NOTE in page
-    assert WIDGET["model_id"] not in page and book.WIDGET_MIME not in page
+    assert book_outputs.WIDGET_NOTE in page
+    assert WIDGET["model_id"] not in page and book_outputs.WIDGET_MIME not in page
     assert f"data:image/png;base64,{PNG}" in page                  # static fallback uses the png
     labs_page = (out / "labs/lab1_kernels.html").read_text(encoding="utf-8")
-    assert book.PLOTLY_JS not in labs_page                        # no charts, no plotly.js
+    assert book_outputs.PLOTLY_JS not in labs_page                # no charts, no plotly.js
 
 
 def test_book_excludes_solutions(sources, tmp_path):
@@ -119,8 +121,8 @@ def test_book_from_real_notebooks_00_and_06(tmp_path):
     page = (out / pages[1].href).read_text(encoding="utf-8")
     assert pages[1].charts >= 1
     assert 'class="plotly-graph-div"' in page and "Plotly.newPlot" in page
-    assert f'src="../{book.PLOTLY_JS}"' in page and (out / book.PLOTLY_JS).is_file()
-    assert book.WIDGET_MIME not in page
+    assert f'src="../{book_outputs.PLOTLY_JS}"' in page and (out / book_outputs.PLOTLY_JS).is_file()
+    assert book_outputs.WIDGET_MIME not in page
 
 
 def test_static_images_fall_back_to_a_note_without_a_browser(sources, tmp_path, monkeypatch):
@@ -147,12 +149,12 @@ def test_static_images_fall_back_to_a_note_without_a_browser(sources, tmp_path, 
 def test_chart_figures_and_image_fallback_order(sources):
     notebooks, _ = sources
     nb = nbformat.read(notebooks / "01_widget.ipynb", as_version=4)
-    assert book.chart_figures(nb) == [FIGURE]
-    adapted, charts, _ = book.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
+    assert book_outputs.chart_figures(nb) == [FIGURE]
+    adapted, charts, _ = book_outputs.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
     html = adapted.cells[1].outputs[1]["data"]["text/html"]
     assert charts == 1 and f"data:image/png;base64,{PNG}" in html and ".svg" not in html
     nb.cells[1].outputs[1]["data"].pop("image/png")          # no stored PNG: the drawn SVG
-    adapted, _, _ = book.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
+    adapted, _, _ = book_outputs.adapt_outputs(nb, images={1: "01_widget/chart-1.svg"})
     html = adapted.cells[1].outputs[1]["data"]["text/html"]
     assert '<img alt="chart (static image)" src="01_widget/chart-1.svg"' in html
 

@@ -28,7 +28,7 @@ import nbformat
 import pytest
 
 from helpers.conv import STRATEGIES, config_for
-from tools import book
+from tools import book, book_outputs
 
 from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
                      chromium, error_outputs, require_browser, run_all_cells, wait_for_change)
@@ -378,7 +378,7 @@ def test_book_page_draws_its_charts(browser, book_06):
         charts = page.locator(".js-plotly-plot")
         assert charts.count() == info.charts
         # Each chart draws the stored figure's traces, point for point.
-        stored = book.chart_figures(nbformat.read(info.source, as_version=4))
+        stored = book_outputs.chart_figures(nbformat.read(info.source, as_version=4))
         drawn = [chart_state(charts.nth(k)) for k in range(info.charts)]
         assert [[len(t.get("y", [])) for t in f["data"]] for f in stored] == \
                [[len(t["y"]) for t in d["traces"]] for d in drawn]
