@@ -60,6 +60,14 @@ print(f"{len(names)} compute-layer modules imported with numpy {numpy.__version_
 """
 
 
+#: Set for every step: the environments share the real compiler's answers (keyed by Python and
+#: compiler versions, so only what truly matches is reused) with each other and with ``make test``.
+SHARED = {"WORKBOOK_COMPILE_CACHE": os.environ.get("WORKBOOK_COMPILE_CACHE")
+          or str(ROOT / "build" / "compile-cache")}
+#: pytest on both cores, each file on one worker (a notebook's cells stay in order).
+WORKERS = ("-n", "2", "--dist", "loadfile")
+
+
 def uv() -> str:
     """The uv to use: $UV, else uv on PATH, else the copy ``make`` fetches into .tools/."""
     found = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")
@@ -112,7 +120,7 @@ class Steps:
         shown = " ".join("<script>" if "\n" in a else a for a in cmd)
         print(f"\n== {name}\n$ {shown}", flush=True)
         start = time.monotonic()
-        code = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}).returncode
+        code = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **SHARED, **(env or {})}).returncode
         took = time.monotonic() - start
         self.results.append((name, "ok" if code == 0 else f"FAILED (exit {code})", took))
         return code == 0
@@ -137,9 +145,10 @@ def learner_python(steps: Steps, version: str, python: str) -> None:
         return
     py = str(venv / "bin" / "python")
     steps.run(f"Python {version}: tests marked each_python",
-              [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "each_python", "tests"])
+              [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", *WORKERS, "-m", "each_python",
+               "tests"])
     steps.run(f"Python {version}: notebooks 03 and 07 under nbval",
-              [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", *NOTEBOOKS])
+              [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", *WORKERS, *NOTEBOOKS])
 
 
 def gpu_server(steps: Steps, python: str) -> None:
