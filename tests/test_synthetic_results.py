@@ -276,23 +276,113 @@ def test_the_cut_keeps_what_a_cell_reads_and_drops_the_rest():
         notebook_slice.cut(nb, [2])
 
 
+#: The cell put before each notebook's cut in the combined run: it empties the namespace, so that
+#: a cut cannot silently read a name an earlier notebook's cut bound, and goes back to notebooks/
+#: (where each notebook runs). Imported modules stay imported: that is what the combined run saves.
+FRESH_NAMESPACE = """\
+%reset -f
+import os as _os
+_os.chdir({folder!r})
+del _os
+assert not [n for n in set(get_ipython().user_ns) - set(get_ipython().user_ns_hidden)
+            if not n.startswith("_")], "the namespace was not emptied"
+"""
+
+
+class _Cut:
+    """One notebook's part of the combined run: the listed cells' indices in the notebook
+    (``targets``) and those not found (``problems``: then it is not run); the notebook cut to
+    them (``cut``, whose cells are the notebook's cells ``kept``); after the run, the listed
+    cells executed (``shown``), or why its cells did not all run (``error``)."""
+
+    def __init__(self, name: str, nb) -> None:
+        self.name = name
+        self.targets, self.problems = _targets(nb, name)
+        self.cut, self.kept = notebook_slice.cut(nb, self.targets) if not self.problems else (
+            None, [])
+        self.shown: list = []
+        self.error = ""
+
+
+def _combine(cuts: list[_Cut], folder: pathlib.Path):
+    """One notebook: for each cut in order, the namespace-emptying cell, then the cut's cells.
+
+    Returns:
+        (the notebook, {name: index in it of the cut's namespace-emptying cell}).
+    """
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata=cuts[0].cut.metadata)
+    starts = {}
+    for c in cuts:
+        starts[c.name] = len(nb.cells)
+        nb.cells.append(nbformat.v4.new_code_cell(FRESH_NAMESPACE.format(folder=str(folder))))
+        nb.cells += [nbformat.v4.new_code_cell(cell.source) for cell in c.cut.cells]
+    return nb, starts
+
+
+@pytest.fixture(scope="module")
+def executed(synthetic) -> dict[str, _Cut]:
+    """Every listed notebook's cut, executed with ``WORKBOOK_RESULTS`` at the synthetic folder,
+    by name.
+
+    The cuts run one after another in one kernel (a kernel's start, the setup cell's imports
+    and the helpers' imports cost about 10 s a notebook), each after a cell that empties the
+    namespace; the setup cell runs again in each. A cell that fails stops the run, as it would
+    stop its own notebook's: that notebook gets the error, naming the cell; the cuts after it
+    run again, combined, in a new kernel. A notebook whose listed cells are not all found is
+    not run.
+    """
+    import nbformat
+
+    folder = ROOT / "notebooks"
+    cuts = [_Cut(name, nbformat.read(folder / f"{name}.ipynb", as_version=4))
+            for name in sorted(CELLS)]
+    pending = [c for c in cuts if not c.problems]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WORKBOOK_RESULTS", str(synthetic))  # the kernel inherits it
+        while pending:
+            nb, starts = _combine(pending, folder)
+            try:   # the timeout is per cell, as in each notebook's own run
+                run_notebooks.execute(nb, folder, timeout=600, name="the notebooks' cuts")
+                ran, rest = pending, []
+            except Exception as exc:  # noqa: BLE001 - the error goes to the notebook it was in
+                failure = f"{type(exc).__name__}: {exc}"
+                # the cell that was running: the last whose execution began
+                began = [i for i, cell in enumerate(nb.cells) if "execution" in cell.metadata]
+                if not began:  # the kernel did not start, or died before the first cell
+                    for c in pending:
+                        c.error = f"{c.name}.ipynb's cut did not run:\n{failure}"
+                    break
+                culprit = [c for c in pending if starts[c.name] <= began[-1]][-1]
+                at = began[-1] - starts[culprit.name] - 1
+                where = ("the cell that empties the namespace before its cut" if at < 0
+                         else f"its cell {culprit.kept[at]} (index in the notebook)")
+                culprit.error = (f"{culprit.name}.ipynb failed at {where}, run in its cut "
+                                 f"after the other notebooks' cuts before it:\n{failure}")
+                ran = pending[:pending.index(culprit)]
+                rest = pending[pending.index(culprit) + 1:]
+            for c in ran:
+                first = starts[c.name] + 1
+                c.shown = [nb.cells[first + c.kept.index(i)] for i in c.targets]
+            pending = rest
+    return {c.name: c for c in cuts}
+
+
 @pytest.mark.notebook
 @pytest.mark.skipif(backend.MODE == "gpu",
                     reason="on a GPU the notebooks measure live instead of reading results/")
 @pytest.mark.parametrize("name", sorted(CELLS))
-def test_notebook_draws_the_recorded_gpu(name, synthetic, monkeypatch):
-    """The listed cells, and the cells they need, executed (nbval runs the whole notebook)."""
-    import nbformat
-    monkeypatch.setenv("WORKBOOK_RESULTS", str(synthetic))  # the kernel inherits it
-    path = ROOT / "notebooks" / f"{name}.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    targets, problems = _targets(nb, name)
-    assert not problems, "\n".join(problems)
-    cut, kept = notebook_slice.cut(nb, targets)
-    run_notebooks.execute(cut, path.parent, timeout=600, name=path.name)
-    shown_by = {i: cut.cells[kept.index(i)] for i in targets}
-    for (piece, then), i in zip(CELLS[name], targets):
-        shown = _output_text(shown_by[i])
+def test_notebook_draws_the_recorded_gpu(name, executed):
+    """The listed cells, and the cells they need, executed (nbval runs the whole notebook);
+    all the notebooks' cuts in one kernel, each in an emptied namespace (``executed``)."""
+    run = executed[name]
+    assert not run.problems, "\n".join(run.problems)
+    if run.error:
+        pytest.fail(run.error, pytrace=False)
+    problems = []
+    for (piece, then), cell in zip(CELLS[name], run.shown):
+        shown = _output_text(cell)
         for what in (GPU_NAME, DRIVER, DATE[:10]) + ((then, "now, ") if then else ()):
             if what not in shown:
                 problems.append(f"cell with {piece!r} does not show {what!r}: {shown[:300]!r}")
