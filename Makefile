@@ -66,7 +66,7 @@ test-gpu: env
 # On a GPU machine: the measurements the notebooks read from results/, most needed first, in one
 # process that ends within its budget (ARGS="--budget-s N", default 480), leaving in --out
 # (default build/gpu-reference/) only a summary and one archive, rewritten after every part
-# (helpers/experiments/gpu_reference.py). It needs only python3 with numpy, numba, numba-cuda
+# (helpers/experiments/gpu_reference/). It needs only python3 with numpy, numba, numba-cuda
 # and torch, so it uses the workbook's environment when there is one and the machine's python3
 # otherwise. ARGS="--dry-run" tries the same path on a CPU at tiny sizes; ARGS="--list" prints
 # the parts and their tiers; ARGS="--resume" keeps what an earlier run in --out recorded.

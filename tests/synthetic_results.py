@@ -24,13 +24,13 @@ from helpers.experiments import (
     kernel_resources,
     memory_access,
     sweep,
-    throughput,
-    training_throughput,
-    transfer_model,
-    transfers,
 )
 from helpers.experiments.layer_costs import GROUPS
 from helpers.experiments.layer_times import HotspotProfile
+from helpers.experiments.throughput import sweeps as throughput
+from helpers.experiments.training import throughput as training_throughput
+from helpers.experiments.transfers import measured as transfers
+from helpers.experiments.transfers import model as transfer_model
 from helpers.kernels import KERNELS
 from helpers.networks import training_cnns
 from helpers.networks.figure2 import NAMES, NATIVE_INPUT

@@ -18,7 +18,7 @@ import math
 import pytest
 
 from helpers.checks import lab7, lab7_data
-from helpers.experiments import transfer_model
+from helpers.experiments.transfers import model as transfer_model
 
 # ------------------------------------------------------------------- the solution notebook's
 

@@ -27,8 +27,8 @@ from helpers import occupancy as occ
 from helpers import widgets
 from helpers.conv import STRATEGIES, config_for
 from helpers.experiments import sweep
-from helpers.experiments import throughput as tp
-from helpers.experiments import throughput_budget as tpb
+from helpers.experiments.throughput import budget as tpb
+from helpers.experiments.throughput import sweeps as tp
 
 FAST = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

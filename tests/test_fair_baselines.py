@@ -20,9 +20,9 @@ from helpers.experiments import (
     phases,
     precision,
     sweep,
-    sweep_findings,
-    todays_layers_compare,
 )
+from helpers.experiments.sweep import analysis as sweep_findings
+from helpers.experiments.todays_layers import compare as todays_layers_compare
 
 CFG = config_for((2, 3, 9, 8), (4, 3, 3, 3), stride=(1, 2), padding=1)
 

@@ -12,9 +12,9 @@ from conftest import simulator_only
 from helpers import paper
 from helpers.device import backend
 from helpers.experiments import hotspots
-from helpers.experiments import throughput as tp
 from helpers.experiments.layer_costs import layer_flops
 from helpers.experiments.layer_times import HotspotProfile
+from helpers.experiments.throughput import sweeps as tp
 from helpers.figures import nb01_throughput
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"

@@ -11,7 +11,8 @@ import pytest
 
 import helpers  # noqa: F401
 from helpers import paper
-from helpers.experiments import sweep, sweep_findings
+from helpers.experiments import sweep
+from helpers.experiments.sweep import analysis as sweep_findings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

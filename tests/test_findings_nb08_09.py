@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 import pytest
 
 import helpers  # noqa: F401  (decides the backend first)
-from helpers.experiments import training_throughput, transfer_model
+from helpers.experiments.training import throughput as training_throughput
+from helpers.experiments.transfers import model as transfer_model
 from helpers.figures import nb08_transfers
 from helpers.paper import TABLE_I
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import simulator_only
 
 from helpers import results
-from helpers.experiments import gpu_reference as ref
+from helpers.experiments.gpu_reference import recording as ref
 from tools import gpu_lease
 
 ROOT = gpu_lease._ROOT

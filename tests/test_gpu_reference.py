@@ -26,9 +26,9 @@ from conftest import simulator_only
 from helpers import results
 from helpers.conv import STRATEGIES
 from helpers.device.worker import Worker
-from helpers.experiments import gpu_reference as ref
-from helpers.experiments import gpu_reference_process as proc
-from helpers.experiments import gpu_reference_summary as summary
+from helpers.experiments.gpu_reference import process as proc
+from helpers.experiments.gpu_reference import recording as ref
+from helpers.experiments.gpu_reference import summary
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

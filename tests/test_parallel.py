@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import results
-from helpers.experiments import parallel, parallel_ranks
+from helpers.experiments.parallel import launcher as parallel
+from helpers.experiments.parallel import ranks as parallel_ranks
 from helpers.networks import training_cnns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +46,7 @@ def _rank_processes(run_id: str) -> list[psutil.Process]:
     """The ranks themselves among :func:`_ranks_of`: torchrun's children, not torchrun or the
     process that called ``launch``."""
     return [p for p in _ranks_of(run_id)
-            if "helpers.experiments.parallel_ranks" in (cmd := _cmdline(p))
+            if "helpers.experiments.parallel.ranks" in (cmd := _cmdline(p))
             and "torch.distributed.run" not in cmd]
 
 
@@ -286,7 +287,7 @@ Traceback (most recent call last):
     raise ChildFailedError(
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ======================================================
-helpers.experiments.parallel_ranks FAILED
+helpers.experiments.parallel.ranks FAILED
 Root Cause (first observed failure):
 [0]:
   rank      : 1 (local_rank: 1)

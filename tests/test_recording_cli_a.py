@@ -21,8 +21,9 @@ from conftest import simulator_only
 from helpers import results
 from helpers.conv import ConvConfig
 from helpers.device import backend, memory, progress
-from helpers.experiments import conv_bench, phases, sweep
-from helpers.experiments import throughput as tp
+from helpers.experiments import conv_bench, phases
+from helpers.experiments.sweep import presets as sweep
+from helpers.experiments.throughput import sweeps as tp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIMIT = 7.5

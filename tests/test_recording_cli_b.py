@@ -15,9 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: Modules of these commands (and what they import of ours that the others do not).
 MODULES = ("helpers.experiments.hotspots", "helpers.experiments.kernel_resources",
            "helpers.experiments.memory_access", "helpers.experiments.transfers",
-           "helpers.experiments.transfer_streams", "helpers.experiments.training",
-           "helpers.experiments.training_records", "helpers.experiments.training_throughput",
-           "helpers.experiments.training_utilisation", "helpers.networks.figure2")
+           "helpers.experiments.transfers.streams", "helpers.experiments.training",
+           "helpers.experiments.training.records", "helpers.experiments.training.throughput",
+           "helpers.experiments.training.utilisation", "helpers.networks.figure2")
 
 #: A meta-path finder under which ``import psutil`` (tqdm, pynvml, torchvision) raises
 #: ImportError. It answers ``find_spec`` with a spec whose loader refuses, rather than raising
@@ -63,7 +63,7 @@ def test_the_modules_import_without_psutil_tqdm_pynvml_or_torchvision():
         for name in {MODULES!r}:
             importlib.import_module(name)
         from helpers.device import host, progress
-        from helpers.experiments import training_utilisation as tu
+        from helpers.experiments.training import utilisation as tu
         from helpers.networks import figure2
         assert host.psutil is None and progress._tqdm is None and tu.pynvml is None
         assert figure2.missing_requirement("vgg16") == "torchvision is not installed"
@@ -80,7 +80,8 @@ def test_the_modules_import_without_psutil_tqdm_pynvml_or_torchvision():
 
 def test_hotspots_and_training_run_on_a_bare_server(tmp_path):
     proc = _run(f"""
-        from helpers.experiments import hotspots, training_throughput
+        from helpers.experiments import hotspots
+        from helpers.experiments.training import throughput as training_throughput
         code = hotspots.main(["--model", "all", "--batch", "1", "--input", "71",
                               "--iterations", "1", "--threads", "1", "--time-limit", "120"])
         print("hotspots exit", code)

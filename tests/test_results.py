@@ -286,7 +286,7 @@ COMMANDS_WITH_OUT = [
     ("kernel_resources", ["--save", "--out", "{bad}"]),
     ("memory_access", ["--save", "--out", "{bad}"]),
     ("phases", ["--save", "--out", "{bad}"]),
-    ("training_throughput", ["--quick", "--save", "--out", "{bad}"]),
+    ("training.throughput", ["--quick", "--save", "--out", "{bad}"]),
     ("transfers", ["--save", "--out", "{bad}"]),
     ("gpu_reference", ["--out", "{bad}"]),
     ("throughput", ["--out", "{bad}"]),

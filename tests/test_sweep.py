@@ -85,7 +85,7 @@ TINY = Preset("tiny", (1, 8, 2, 3, 1), 1, range(1, 3), range(6, 9, 2), range(2, 
 
 def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
     # Table I at batch 1 is too slow for a unit test: keep only its smallest layer.
-    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
+    monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])
     rows = run_preset(TINY, min_run_time=0.005, progress=False)
     pts = TINY.points()
     assert len(rows) == len(pts) * len(STRATEGIES) * 2
@@ -99,7 +99,7 @@ def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
 
 def test_the_rows_so_far_are_handed_over_after_each_pass(monkeypatch):
     """A run stopped later keeps what the passes before it measured (the command saves them)."""
-    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
+    monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])
     five = Preset("five", (1, 8, 2, 3, 1), 1, range(1, 6), range(8, 9), range(2, 3),
                   range(3, 4), range(1, 2), 1, "five batch sizes")
     passes = []
@@ -114,7 +114,7 @@ def test_the_rows_so_far_are_handed_over_after_each_pass(monkeypatch):
 
 def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "tiny", TINY)
-    monkeypatch.setattr("helpers.experiments.sweep.TABLE_I", TABLE_I[3:4])
+    monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])
     out = tmp_path / "s.csv"
     assert main(["--preset", "tiny", "--out", str(out), "--no-progress",
                  "--min-run-time", "0.005"]) == 0
@@ -149,7 +149,7 @@ def test_resume_runs_only_what_an_earlier_run_left_unmeasured(tmp_path, monkeypa
                   range(3, 4), range(1, 2), None, "five batch sizes")
     monkeypatch.setitem(PRESETS, "five", five)
     calls = []
-    monkeypatch.setattr("helpers.experiments.sweep.measure", _fake_measure(calls))
+    monkeypatch.setattr("helpers.experiments.sweep.presets.measure", _fake_measure(calls))
     out = tmp_path / "s.csv"
     args = ["--preset", "five", "--out", str(out), "--no-progress", "--device", "cpu"]
     assert main(args) == 0
@@ -187,7 +187,7 @@ def test_resume_runs_only_what_an_earlier_run_left_unmeasured(tmp_path, monkeypa
 
 def test_resume_refuses_a_file_of_another_preset(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "tiny", TINY)
-    monkeypatch.setattr("helpers.experiments.sweep.measure", _fake_measure([]))
+    monkeypatch.setattr("helpers.experiments.sweep.presets.measure", _fake_measure([]))
     out = tmp_path / "s.csv"
     assert main(["--preset", "tiny", "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
     with pytest.raises(SystemExit) as exc:

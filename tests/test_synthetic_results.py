@@ -24,9 +24,9 @@ from helpers.experiments import (
     memory_access,
     sweep,
     throughput,
-    training_throughput,
     transfers,
 )
+from helpers.experiments.training import throughput as training_throughput
 from tools import run_notebooks
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

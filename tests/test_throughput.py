@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from helpers.device import backend, host
 from helpers.device.timing import device_label
-from helpers.experiments import throughput as tp
-from helpers.experiments import throughput_budget as tpb
+from helpers.experiments.throughput import budget as tpb
+from helpers.experiments.throughput import sweeps as tp
 
 FAST = dict(min_run_time=0.005, progress=False)
 

@@ -18,8 +18,8 @@ from helpers.conv import STRATEGIES, ConvConfig, conv2d
 from helpers.conv.check import reference, rel_error
 from helpers.device import backend
 from helpers.experiments import gpu_reference
-from helpers.experiments import todays_layers as tl
-from helpers.experiments import todays_layers_compare as tc
+from helpers.experiments.todays_layers import compare as tc
+from helpers.experiments.todays_layers import networks as tl
 from helpers.experiments.algorithm_choice import FAMILIES
 
 needs_gpu = pytest.mark.skipif(backend.MODE != "gpu", reason="needs a real CUDA GPU")
@@ -364,7 +364,7 @@ def test_on_a_gpu_layers_ceilings_and_the_library_are_measured(torchvision):
 
 
 def test_the_library_lines_and_findings_are_read_from_the_rows():
-    from helpers.experiments import todays_layers_findings as tlf
+    from helpers.experiments.todays_layers import findings as tlf
 
     lib = dict(strategy="reference", name="dw", network="MobileNet-V2", layer_type="depthwise",
                library="oneDNN", kernel="jit_dw", algorithm="direct", median_ms=0.5,

@@ -18,7 +18,9 @@ from torch import nn
 import helpers  # noqa: F401  (decides the backend first)
 from helpers.device import backend, host
 from helpers.device.progress import time_limit_status
-from helpers.experiments import training, training_throughput, training_utilisation
+from helpers.experiments import training
+from helpers.experiments.training import throughput as training_throughput
+from helpers.experiments.training import utilisation as training_utilisation
 from helpers.networks import datasets, training_cnns
 
 TINY = dict(batch_size=4, steps=2, warmup=1, image_size=16, channels=1)
@@ -390,7 +392,7 @@ def test_recorded_rows_are_labelled_with_gpu_and_date(tmp_path):
 def test_recorded_says_which_command_records_the_numbers(tmp_path):
     rec = training_throughput.recorded("batch", directory=tmp_path / "missing")
     assert not rec and rec.rows == [] and rec.command == training_throughput.COMMAND
-    assert "python -m helpers.experiments.training_throughput --save" in rec.note
+    assert "python -m helpers.experiments.training.throughput --save" in rec.note
     with pytest.raises(ValueError, match="experiment"):
         training_throughput.recorded("speed")
 
@@ -529,7 +531,7 @@ def test_command_line_without_the_dataset_returns_1(monkeypatch, capsys):
     def missing(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'skimage'")
 
-    monkeypatch.setattr(training, "load_dataset", missing)
+    monkeypatch.setattr(training.learning, "load_dataset", missing)
     assert training_throughput.main(["--quick"]) == 1
     assert "nothing measured" in capsys.readouterr().out
 

@@ -9,7 +9,9 @@ from conftest import simulator_only
 import helpers  # noqa: F401  (decides the backend first)
 from helpers import results
 from helpers.device import backend
-from helpers.experiments import transfer_model, transfer_streams, transfers
+from helpers.experiments import transfers
+from helpers.experiments.transfers import model as transfer_model
+from helpers.experiments.transfers import streams as transfer_streams
 from helpers.figures import nb08_transfers
 from helpers.paper import TABLE_I
 

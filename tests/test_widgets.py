@@ -14,7 +14,7 @@ from planted import PlantedWorker
 
 from helpers.device import backend
 from helpers import results
-from helpers.experiments import throughput as tp
+from helpers.experiments.throughput import sweeps as tp
 from helpers import widgets
 
 # point_budget_s: wide enough that a loaded machine never stops one of these real points (what

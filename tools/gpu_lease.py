@@ -1,7 +1,7 @@
 """One command for a short lease of a GPU: ``make gpu-lease`` (``python3 -m tools.gpu_lease``).
 
 Within ``--budget-s`` seconds (default 540, one 10-minute remote command with margin): the
-GPU recording's preflight and its tier-one parts (helpers/experiments/gpu_reference.py), then
+GPU recording's preflight and its tier-one parts (helpers/experiments/gpu_reference/), then
 the tests marked ``gpu`` (tools/gpu_tests.py, at most ``--tests-s``), then as many tier-two
 parts as the time left holds, all in one measuring process. ``--out DIR`` then holds only the
 recording's summary (csv, json), its archive and ``gpu_tests.log``: four files, rewritten as

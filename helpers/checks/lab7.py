@@ -34,7 +34,7 @@ from helpers.checks.lab7_model import (
     simulate,
     span_of,
 )
-from helpers.experiments.transfer_model import chunk_bounds as reference_bounds
+from helpers.experiments.transfers.model import chunk_bounds as reference_bounds
 
 __all__ = ["RULES", "OPS", "ORDERS", "TOL_MS", "TIE_MS", "CHUNK_CASES", "CHUNK_ERROR_CASES",
            "SCHEDULE_CASES", "BEST_CASES", "issue_order", "engine_of", "simulate", "makespan",
@@ -179,7 +179,7 @@ def _bounds_runner(fn):
 
 def check_chunk_bounds(fn) -> Report:
     """Check ``fn(n, chunks) -> [(start, stop), ...]`` against
-    :func:`helpers.experiments.transfer_model.chunk_bounds`.
+    :func:`helpers.experiments.transfers.model.chunk_bounds`.
 
     Args:
         fn: the learner's split of ``n`` images (ints) into ``chunks`` contiguous ranges,

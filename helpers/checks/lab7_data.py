@@ -4,7 +4,7 @@ timeline of a schedule.
 :func:`layer_stages` gives a layer's ``(h2d_ms, compute_ms, d2h_ms)`` per chunk: copies from the
 pinned-memory bandwidth recorded in ``results/`` at the chunk's size, compute from the recorded
 forward convolution, labelled with the GPU that measured them; without recorded rows, the
-analytic estimate of :mod:`helpers.experiments.transfer_model` (H100 PCIe, PCIe 5.0), labelled
+analytic estimate of :mod:`helpers.experiments.transfers.model` (H100 PCIe, PCIe 5.0), labelled
 as an estimate. :func:`timeline_text` draws a schedule (:mod:`helpers.checks.lab7`'s format) as
 text, one row per engine. Times in ms, sizes in bytes, float32 NCHW tensors.
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from helpers.checks.lab7_model import engine_of
 from helpers.device import backend
 from helpers.experiments import transfers
-from helpers.experiments.transfer_model import LINKS, chunk_bounds, layer_bytes, layer_for
+from helpers.experiments.transfers.model import LINKS, chunk_bounds, layer_bytes, layer_for
 
 __all__ = ["ESTIMATE_GPU", "ESTIMATE_LINK", "layer_stages", "timeline_text"]
 
@@ -44,7 +44,7 @@ def layer_stages(layer="Conv5", chunks: int = 4, directory=None) -> dict:
 
     Args:
         layer: a Table I name (``"Conv1"`` .. ``"Conv5"``) or a ConvConfig of one.
-        chunks: 1..N, split by :func:`helpers.experiments.transfer_model.chunk_bounds`.
+        chunks: 1..N, split by :func:`helpers.experiments.transfers.model.chunk_bounds`.
         directory: where the recordings are (default ``results/``).
 
     Returns:

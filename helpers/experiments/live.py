@@ -18,7 +18,7 @@ from helpers.conv import STRATEGIES, ConvConfig, config_for, conv2d, conv2d_back
 from helpers.device import backend
 from helpers.device.timing import benchmark, quartiles
 from helpers.experiments import sweep, throughput
-from helpers.experiments.throughput_calls import make_call, row
+from helpers.experiments.throughput.calls import make_call, row
 
 __all__ = ["conv_point", "throughput_point", "warm_up"]
 
@@ -74,7 +74,7 @@ def conv_point(cfg: ConvConfig, strategy: str, device: str, backward: bool,
 
 def throughput_point(experiment: str, op: str, name: str, device: str, dtype: str, n: int,
                      min_run_time: float) -> dict:
-    """One backend at one size: the row of :func:`helpers.experiments.throughput_calls.row`
+    """One backend at one size: the row of :func:`helpers.experiments.throughput.calls.row`
     after one warm-up call and timed calls for ``min_run_time`` seconds, with ``q1_s`` and
     ``q3_s``, the quartiles of the per-call time in seconds. Errors of the call propagate."""
     timing = benchmark(make_call(experiment, op, name, n, dtype, device), device=device,

@@ -78,7 +78,7 @@ def transfer_share_figure(rows: Sequence[dict], series_key: str = "scenario",
     """Copy share of each layer's time (%), grouped bars: one bar per series per layer.
 
     Args:
-        rows: :func:`helpers.experiments.transfer_model.estimate` rows (estimates) or
+        rows: :func:`helpers.experiments.transfers.model.estimate` rows (estimates) or
             :func:`helpers.experiments.transfers.transfer_share` rows (measured); each needs
             ``layer``, ``copy_share`` (0..1), ``copy_ms``, ``compute_ms`` and ``series_key``;
             rows whose status is not ``ok`` are left out.
@@ -121,7 +121,7 @@ def overlap_timeline_figure(timeline: Sequence[dict], title: str, note: str) -> 
         timeline: dicts with ``run`` (``"sequential"``/``"overlapped"``), ``stream``, ``kind``
             (``h2d``, ``compute``, ``d2h``), ``chunk``, ``start_ms``, ``end_ms``: from
             :func:`helpers.experiments.transfers.overlap_experiment` (measured with CUDA events) or
-            :func:`helpers.experiments.transfer_model.estimated_timeline` (an estimate).
+            :func:`helpers.experiments.transfers.model.estimated_timeline` (an estimate).
         title: the figure title. note: a second line (say whether measured, and where, or
             estimated).
 
@@ -199,7 +199,7 @@ def channel_share_figure(series: Sequence[tuple[str, Sequence[dict]]],
 
     Args:
         series: (label, rows) pairs; rows from
-            :func:`helpers.experiments.transfer_model.estimate_channels` (``c`` and
+            :func:`helpers.experiments.transfers.model.estimate_channels` (``c`` and
             ``copy_share`` in 0..1), e.g. one pair per (GPU, link).
         marks: (C, label) vertical lines, e.g. the channel count the workbook chose.
         title: the figure title. note: a second line (say "estimate" and the assumptions).

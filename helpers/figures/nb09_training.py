@@ -96,7 +96,7 @@ def images_per_s_figure(rows: Sequence[dict], title: str = "Training throughput 
     """Training images/s against batch size: one line per (model, device, source).
 
     Args:
-        rows: :func:`helpers.experiments.training_throughput.batch_size_sweep` rows, live or
+        rows: :func:`helpers.experiments.training.throughput.batch_size_sweep` rows, live or
             from results/ (rows with ``source`` other than live are drawn dotted); rows not
             measured are left out.
         title: the measuring devices are appended.
@@ -135,7 +135,7 @@ def wait_compute_figure(rows: Sequence[dict], title: str = "Where a training ste
     (``next(iterator)``) and computing (forward, backward, optimiser step), with images/s on top.
 
     Args:
-        rows: :func:`helpers.experiments.training_throughput.workers_sweep` rows of one device
+        rows: :func:`helpers.experiments.training.throughput.workers_sweep` rows of one device
             (live or results/).
         title: the device and dataset are appended.
 
@@ -172,7 +172,7 @@ def utilisation_figure(samples: Sequence[dict], device: str, gpu_reason: str | N
     """GPU utilisation (NVML) and CPU utilisation (psutil) over time, in percent.
 
     Args:
-        samples: :class:`helpers.experiments.training_utilisation.UtilisationSampler` samples
+        samples: :class:`helpers.experiments.training.utilisation.UtilisationSampler` samples
             (``t_s``, ``gpu_util``, ``cpu_util``), live or from results/.
         device: what was training (shown in the title).
         gpu_reason: why there is no GPU curve, shown in the title when given.
@@ -204,7 +204,7 @@ def depth_figure(rows: Sequence[dict], title: str = "Training throughput by mode
     """Images/s per model (shallow to deep), one bar group per device (live or results/).
 
     Args:
-        rows: :func:`helpers.experiments.training_throughput.depth_sweep` rows; results/ rows
+        rows: :func:`helpers.experiments.training.throughput.depth_sweep` rows; results/ rows
             carry ``source``.
 
     Returns:

@@ -158,7 +158,7 @@ def strategies_figure(rows: Sequence[dict], title: str = "Five layers: our strat
 
     Args:
         rows: timed strategy rows of one device from
-            :func:`helpers.experiments.todays_layers_compare.compare` (``experiment=
+            :func:`helpers.experiments.todays_layers.compare.compare` (``experiment=
             "strategy"``, ``median_ms``).
         title: the chart's title; name the device in it.
     """

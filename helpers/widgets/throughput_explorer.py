@@ -11,9 +11,10 @@ import ipywidgets as W
 
 from helpers import results
 from helpers.device import backend
+from helpers.device.timing import device_label
 from helpers.device.worker import Worker
 from helpers.experiments import throughput
-from helpers.experiments.throughput_calls import SUPPORTED, row
+from helpers.experiments.throughput.calls import SUPPORTED, row
 from helpers.figures import nb01_throughput, style
 from helpers.widgets import arguments
 from helpers.widgets.live import LiveChart, _Explorer, in_kernel, measuring_worker
@@ -128,7 +129,7 @@ class ThroughputExplorer(_Explorer):
         self.charts = W.VBox([self.runtime_chart.widget, self.throughput_chart.widget])
         self.body = W.VBox([self.charts])
         self.rows: list[dict] = []
-        where = ", ".join(throughput.device_label(d) for d in self.devices)
+        where = ", ".join(device_label(d) for d in self.devices)
         note = "" if backend.MODE == "gpu" else (
             " No GPU here: GPU curves come only from results/ (dotted), when present.")
         self.header = W.HTML(style.message_html(f"Measuring on {where}.{note}", "info"))
@@ -269,7 +270,7 @@ class ThroughputExplorer(_Explorer):
                 return
             self.seconds = time.monotonic() - self._started
             self.rows = list(rows)
-            self.made_on = "measured on " + ", ".join(throughput.device_label(d)
+            self.made_on = "measured on " + ", ".join(device_label(d)
                                                       for d in self.devices)
             shown = rows + self._reference_rows(plan.op, plan.dtype, plan.lo, plan.hi)
             measured = [r for r in rows if r["status"] == "ok"]

@@ -42,8 +42,8 @@ from helpers.experiments.algorithm_choice.onednn_verbose import (
     family_of_onednn,
     parse_onednn,
 )
-from helpers.experiments.transfer_model import layer_for
 from helpers.experiments.transfers import format_table as _text_table
+from helpers.experiments.transfers.model import layer_for
 from helpers.paper import TABLE_I
 
 __all__ = ["PASSES", "PARAMETERS", "FIELDS", "TABLE_COLUMNS", "PREFIX", "COMMAND",

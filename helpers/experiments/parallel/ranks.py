@@ -1,6 +1,6 @@
 """What each rank runs for :mod:`helpers.experiments.parallel`, started by torchrun.
 
-``python -m torch.distributed.run --nproc-per-node W -m helpers.experiments.parallel_ranks
+``python -m torch.distributed.run --nproc-per-node W -m helpers.experiments.parallel.ranks
 --experiments E... --result FILE ...`` joins a process group (gloo on CPUs, NCCL on GPUs) and runs
 experiments in turn: ``ddp`` (data parallelism: each step timed whole with DistributedDataParallel,
 and split into compute, waiting for the slowest rank and the gradient all-reduce), ``pipeline``
@@ -361,7 +361,7 @@ _RUNNERS = {"ddp": _run_ddp, "pipeline": _run_pipeline, "allreduce": _run_allred
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of one rank (torchrun sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...)."""
-    p = argparse.ArgumentParser(prog="python -m helpers.experiments.parallel_ranks")
+    p = argparse.ArgumentParser(prog="python -m helpers.experiments.parallel.ranks")
     p.add_argument("--experiments", required=True, nargs="+", choices=EXPERIMENTS)
     p.add_argument("--result", required=True, help="JSON file rank 0 writes its rows to")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))

@@ -2,11 +2,11 @@
 
 :func:`list_layers` builds MobileNet-V2, ResNeXt-50 (32x4d) or ConvNeXt-Tiny from torchvision
 (``weights=None``: nothing is downloaded) and lists every ``nn.Conv2d`` with its input (forward
-hooks, one 224 x 224 image), type, FLOPs, bytes and intensity (:mod:`.todays_layers_compare`);
+hooks, one 224 x 224 image), type, FLOPs, bytes and intensity (:mod:`.compare`);
 :func:`time_layers` times each alone with torch; :func:`shares` sets each type's share of the
 FLOPs beside its share of the time; :func:`ceilings` measures the roofline's ceilings and
 :func:`roof` draws on them; :func:`measure` runs it all with our strategies on five layers
-(:func:`.todays_layers_compare.compare`); :func:`recorded` reads ``results/todays_layers_*``.
+(:func:`.compare.compare`); :func:`recorded` reads ``results/todays_layers_*``.
 ``python -m helpers.experiments.todays_layers [--device cpu|cuda] [--save] [--out DIR]``.
 Times in ms, rates in GFLOP/s, intensity in FLOP/byte, shapes NCHW (cuDNN symbols).
 
@@ -31,7 +31,7 @@ from helpers import results
 from helpers.device import backend, timing
 from helpers.device.progress import time_limit_status, time_up
 from helpers.experiments.throughput import elementwise_sweep, gemm_sweep
-from helpers.experiments.todays_layers_compare import (
+from helpers.experiments.todays_layers.compare import (
     FIELDS,
     LAYER_TYPES,
     REPRESENTATIVE,
@@ -127,7 +127,7 @@ def list_layers(network: str, input_size: int = INPUT_SIZE) -> list[dict]:
     """Every ``nn.Conv2d`` of ``network``, in the order a forward pass runs them, at batch 1.
 
     Returns:
-        One :func:`.todays_layers_compare.row` per layer (``experiment="layer"``): ``network``
+        One :func:`.compare.row` per layer (``experiment="layer"``): ``network``
         (as :data:`NETWORKS` writes it), ``index``, ``name`` (the module's), ``layer_type``,
         N, C, H, W of its input, K, R, S, stride, padding, dilation, groups, ``flops``
         (``ConvConfig.flops``: 2 N K P Q (C/groups) R S), ``bytes`` (x + w + y, float32),
@@ -477,7 +477,3 @@ def main(argv: list[str] | None = None) -> int:
     if saved:
         print("saved", *saved)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ Also here, for every training experiment: :func:`gpu_reason` (why a GPU cannot b
 
 Command line: ``python -m helpers.experiments.training [--model M] [--dataset D] [--epochs N]
 [--device cpu|cuda]`` trains once and prints the accuracy reached. Images per second are
-measured by :mod:`helpers.experiments.training_throughput`.
+measured by :mod:`helpers.experiments.training.throughput`.
 
 Source: the workbook's own check that the models learn before their speed is measured.
 """
@@ -247,7 +247,3 @@ def main(argv: list[str] | None = None) -> int:
           f"{res.test_accuracy:.3f} after {res.epochs} epochs in {res.seconds:.1f} s "
           f"(threshold {ACCURACY_THRESHOLD}: {'reached' if res.reached() else 'NOT reached'})")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,7 +4,7 @@
 and memory in use (bytes) from NVML (``pynvml``, from nvidia-ml-py, optional) and the CPU
 utilisation of all cores (percent, :class:`helpers.device.host.CpuUtilisation`), while the code
 it surrounds runs. Without a GPU or NVML only the CPU is sampled and the sampler says why.
-:func:`helpers.experiments.training_throughput.utilisation_trace` runs it around a training
+:func:`helpers.experiments.training.throughput.utilisation_trace` runs it around a training
 measurement.
 
 Sources: NVML ``nvmlDeviceGetUtilizationRates`` (what ``nvidia-smi`` shows as GPU-Util: percent
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from helpers.device.host import CpuUtilisation
-from helpers.experiments.training import gpu_reason
+from helpers.experiments.training.learning import gpu_reason
 
 try:
     import pynvml

@@ -27,20 +27,7 @@ from helpers import results
 from helpers.conv import STRATEGIES, ConvConfig, config_for
 from helpers.device import backend, timing
 from helpers.device.progress import progress as progress_bar
-from helpers.experiments.conv_timing import (  # re-exported: every experiment reads sweep.measure
-    ASSUMED_GFLOPS,
-    estimate_seconds,
-    measure,
-    refusal,
-)
-from helpers.experiments.sweep_findings import (  # re-exported: notebooks read sweep.findings
-    faster_at,
-    fastest_at,
-    fastest_text,
-    findings,
-    growth_text,
-    times_by,
-)
+from helpers.experiments.conv_timing import estimate_seconds, measure
 from helpers.paper import TABLE_I
 
 #: results/ file-name prefix of recorded runs of the 'paper' preset, and how to record one.
@@ -48,7 +35,6 @@ PREFIX = "sweep_paper_"
 COMMAND = "python -m helpers.experiments.sweep --preset paper --out results/sweep_paper_<gpu>.csv"
 
 __all__ = [
-    "ASSUMED_GFLOPS",
     "COMMAND",
     "DEVICES",
     "FIELDS",
@@ -57,20 +43,11 @@ __all__ = [
     "Preset",
     "SweepPoint",
     "estimate",
-    "estimate_seconds",
-    "fastest_at",
-    "fastest_text",
-    "faster_at",
     "fastest_map",
     "final",
-    "findings",
-    "growth_text",
     "main",
-    "measure",
     "recorded",
-    "refusal",
     "run_preset",
-    "times_by",
 ]
 
 #: The devices a sweep measures on.
@@ -155,6 +132,9 @@ class Preset:
 #:   a few minutes: base (2, 32, 16, 11, 1); batch 1..16 (the study's /32), input 16..64 step 4
 #:   (/4, from 16 so the 11 x 11 kernel fits), filters 8..128 step 8 (/4), kernel 1..15 (odd),
 #:   stride 1..4, Table I at batch 1.
+#: * ``lesson``: what notebook 06 measures live on a CPU (about 20 s on 2 quiet cores):
+#:   ``paper-small``'s base and kernel-size and stride sweeps, its other sweeps at every third
+#:   to fifth point (batch 1, 6, 11, 16; input 16..64 step 16; filters 8..128 step 40), no Table I.
 #: * ``smoke``: a check that the command runs (about 10 s on a 2-core CPU): base
 #:   (1, 16, 4, 3, 1), two values per sweep, no Table I points. Not a measurement to read.
 PRESETS: dict[str, Preset] = {
@@ -167,6 +147,10 @@ PRESETS: dict[str, Preset] = {
         range(8, 129, 8), range(1, 16, 2), range(1, 5), 1,
         "the study's sweeps scaled for a CPU: base (2, 32, 16, 11, 1), C = 3, batch /32, "
         "input /4, filters /4; Table I at batch 1"),
+    "lesson": Preset(
+        "lesson", (2, 32, 16, 11, 1), 3, range(1, 17, 5), range(16, 65, 16),
+        range(8, 129, 40), range(1, 16, 2), range(1, 5), None,
+        "paper-small's sweeps, sparser and without Table I: notebook 06's live run on a CPU"),
     "smoke": Preset(
         "smoke", (1, 16, 4, 3, 1), 3, range(1, 3), range(12, 17, 4), range(4, 9, 4),
         range(3, 6, 2), range(1, 3), None,
@@ -440,7 +424,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} rows ({measured} measured, {len(rows) - measured} with the reason "
           f"they were not) in {seconds:.0f} s: {args.out}, {json_path}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

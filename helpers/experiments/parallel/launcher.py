@@ -1,7 +1,7 @@
 """When one device is not enough: data and model parallelism on torch.distributed (notebook 11).
 
 :func:`launch` starts W ranks with torchrun (``python -m torch.distributed.run``; gloo on CPU
-processes, NCCL on GPUs), each running :mod:`helpers.experiments.parallel_ranks` on ResNet-20
+processes, NCCL on GPUs), each running :mod:`helpers.experiments.parallel.ranks` on ResNet-20
 and the bundled ``lfw_subset`` images, and returns their rows (:data:`ROW_KEYS`): images/s and
 scaling efficiency against one rank, each step split into compute, waiting and gradient
 all-reduce (``ddp``); two pipeline stages over M micro-batches and their idle share
@@ -33,8 +33,8 @@ import torch
 from helpers import results
 from helpers.device import backend
 from helpers.device.timing import device_label
-from helpers.experiments import parallel_ranks, training_records
-from helpers.experiments.training import check_whole
+from helpers.experiments.training import records as training_records
+from helpers.experiments.training.learning import check_whole
 
 try:
     import psutil
@@ -70,7 +70,7 @@ ROW_KEYS = ("experiment", "device_kind", "device", "backend", "model", "ranks",
             "loss", "unsplit_loss", "unsplit_step_s", "stage0_bytes", "stage1_bytes",
             "algbw_gbps", "busbw_gbps", "copy_gbps", "status")
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def usable_cores() -> int:
@@ -262,7 +262,7 @@ def launch(experiments=("ddp",), ranks: int = 2, *, device: str = "cpu", batch: 
         TimeoutError: past ``timeout_s``; every process was stopped first.
     """
     experiments = [experiments] if isinstance(experiments, str) else list(experiments)
-    bad = [e for e in experiments if e not in parallel_ranks.EXPERIMENTS]
+    bad = [e for e in experiments if e not in (*EXPERIMENTS, "check")]
     if not experiments or bad:
         raise ValueError(f"experiments must be names from {EXPERIMENTS}, got {experiments!r}")
     if device not in ("cpu", "cuda"):
@@ -293,7 +293,7 @@ def launch(experiments=("ddp",), ranks: int = 2, *, device: str = "cpu", batch: 
         folder.mkdir(parents=True, exist_ok=True)
         result, log_path = folder / f"rows-{run_id}.json", folder / f"ranks-{run_id}.log"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-               "--nproc-per-node", str(ranks), "-m", "helpers.experiments.parallel_ranks",
+               "--nproc-per-node", str(ranks), "-m", "helpers.experiments.parallel.ranks",
                "--experiments", *experiments, "--result", str(result), "--device", device,
                "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
                "--threads", str(threads), "--image-size", str(image_size),
@@ -386,7 +386,7 @@ def recorded(directory=None) -> results.Recorded:
 def format_table(rows, columns=("experiment", "ranks", "microbatches", "message_bytes",
                                 "images_per_s", "speedup", "efficiency", "compute_s", "wait_s",
                                 "allreduce_s", "idle_share", "busbw_gbps", "status")) -> str:
-    """Rows as a plain-text table: :func:`helpers.experiments.training_records.format_table`
+    """Rows as a plain-text table: :func:`helpers.experiments.training.records.format_table`
     with this experiment's columns (a long status shown as a note under the table)."""
     return training_records.format_table(rows, columns)
 
@@ -442,7 +442,3 @@ def main(argv: list[str] | None = None) -> int:
         print("wrote", *results.save(f"{PREFIX}{results.slug(name or device)}", rows,
                                      command=command, directory=args.out))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -30,8 +30,8 @@ from helpers.device import backend, host
 from helpers.device.progress import progress as progress_bar
 from helpers.device.progress import time_limit_status, time_up
 from helpers.device.timing import benchmark, device_label
-from helpers.experiments.throughput_budget import BackendBudget
-from helpers.experiments.throughput_calls import (
+from helpers.experiments.throughput.budget import BackendBudget
+from helpers.experiments.throughput.calls import (
     DTYPES,
     ELEMENTWISE_OPS,
     NUMBA_GEMMS,
@@ -41,7 +41,7 @@ from helpers.experiments.throughput_calls import (
     gemm_call,
     torch_dtype,
 )
-from helpers.experiments.throughput_calls import row as _row
+from helpers.experiments.throughput.calls import row as _row
 from helpers.paper import TABLE_I, im2col_gemm
 
 __all__ = [
@@ -71,7 +71,7 @@ COMMAND = "python -m helpers.experiments.throughput --out results"
 #: GEMM sizes n of a full run (:func:`main` without ``--quick``): 64 .. 8192, 4096 included.
 GEMM_SIZES = tuple(2**j for j in range(6, 14))
 
-# the point layer lives in throughput_calls; these names stay importable from here
+# the point layer lives in .calls; these names stay importable from here
 _SUPPORTED, _torch_dtype = SUPPORTED, torch_dtype
 _elementwise_call, _gemm_call, _bytes_per_size = elementwise_call, gemm_call, bytes_per_size
 
@@ -222,7 +222,7 @@ def elementwise_sweep(op: str, sizes: Iterable[int], devices: Iterable[str] = ("
         point_budget_s: seconds one point may take. Sizes are measured in increasing order,
             size by size across the backends; a point whose cost is estimated over this budget
             is skipped, the first size included, and its row's ``status`` gives the estimate
-            (:mod:`helpers.experiments.throughput_budget`: the first size's from a small
+            (:mod:`helpers.experiments.throughput.budget`: the first size's from a small
             calibration call in the same dtype on the same device, the others' from the last
             size measured; if the warm-up call shows the point over budget, it stops there).
         progress: show a progress bar.
@@ -493,7 +493,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {csv_path} and {json_path} ({len(rows)} rows, {skipped} skipped at the time "
           "limit)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Training throughput's results: the V100 review's numbers, GPU rows in ``results/``, tables.
 
 :data:`REVIEW` quotes the review; :func:`recorded` reads the rows that
-:mod:`helpers.experiments.training_throughput` saved as ``results/training_*`` on GPU machines
+:mod:`helpers.experiments.training.throughput` saved as ``results/training_*`` on GPU machines
 (:data:`COMMAND`), each labelled with its GPU and date; :func:`speedup_table` pairs each GPU with
 the CPU of its own machine; :func:`format_table` prints rows. Images per second, percent.
 
@@ -36,7 +36,7 @@ REVIEW: tuple[tuple[str, str], ...] = (
 PREFIX = "training_"
 
 #: The command that records them, on a GPU machine.
-COMMAND = "python -m helpers.experiments.training_throughput --save"
+COMMAND = "python -m helpers.experiments.training.throughput --save"
 
 #: What a saved row's ``experiment`` can be (``"utilisation_trace"``: a trace's samples).
 EXPERIMENTS = ("batch", "workers", "depth", "precision", "utilisation", "utilisation_trace")

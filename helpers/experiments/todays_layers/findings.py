@@ -3,7 +3,7 @@
 :func:`library_lines`: per representative layer, what the library ran and how our best
 strategy compared. :func:`findings`: the study's claims beside what the rows show. Rows are
 those of :mod:`helpers.experiments.todays_layers` (``time_layers``, ``shares``) and
-:func:`helpers.experiments.todays_layers_compare.compare`; times in ms.
+:func:`helpers.experiments.todays_layers.compare.compare`; times in ms.
 """
 
 from __future__ import annotations

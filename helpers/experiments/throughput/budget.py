@@ -23,7 +23,7 @@ import numpy as np
 from helpers.device import backend
 from helpers.device.progress import time_up
 from helpers.device.timing import Timing, benchmark
-from helpers.experiments.throughput_calls import generated_elements, make_call
+from helpers.experiments.throughput.calls import generated_elements, make_call
 
 __all__ = ["CALLS_TIMED", "SAFETY_FIRST", "SAFETY_NEXT", "TIMER_OVERHEAD_S", "BackendBudget",
            "Calibration", "Estimate", "benchmark_seconds", "calibrate", "point_seconds",
@@ -197,7 +197,7 @@ class BackendBudget:
 
     Args:
         experiment, op, name, device, dtype: what is measured (see
-            :func:`helpers.experiments.throughput_calls.make_call`).
+            :func:`helpers.experiments.throughput.calls.make_call`).
         min_run_time: seconds of timed calls per point.
         smallest: the sweep's smallest size (the calibration call grows no further).
     """

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from helpers.conv.config import ConvConfig
 from helpers.device import host
-from helpers.experiments.transfer_model import STREAMS, layer_bytes
+from helpers.experiments.transfers.model import STREAMS, layer_bytes
 
 __all__ = [
     "DEVICE", "host_empty", "event", "event_times", "compute_fn", "random_inputs",
@@ -142,7 +142,7 @@ def sequential_run(x_host, xd, y_host, compute, *, pinned: bool,
         x_host: x on the host (pinned or pageable). xd: a device tensor of x's shape.
         y_host: a host tensor of y's shape. compute: ``compute(xd) -> y`` on the device.
         pinned: whether the host tensors are pinned (then the copies are ``non_blocking``).
-        pieces: None for one copy each way, else :func:`~helpers.experiments.transfer_model.
+        pieces: None for one copy each way, else :func:`~helpers.experiments.transfers.model.
             chunk_bounds` to copy piece by piece along the batch.
 
     Returns:
