@@ -25,8 +25,9 @@ import pytest
 from numba import cuda, float32
 
 from helpers import compiled, occupancy
-from helpers.checks import lab6, lab6_transpose
+from helpers.checks import lab6
 from helpers.checks.lab6 import check_conflict_degree, check_resident_warps, check_transpose_kernel
+from helpers.checks.lab6 import transpose as lab6_transpose
 from helpers.device import backend
 
 TILE = 32

@@ -17,7 +17,8 @@ import math
 
 import pytest
 
-from helpers.checks import lab7, lab7_data
+from helpers.checks import lab7
+from helpers.checks.lab7 import data as lab7_data
 from helpers.experiments.transfers import model as transfer_model
 
 # ------------------------------------------------------------------- the solution notebook's

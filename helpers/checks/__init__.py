@@ -1,9 +1,10 @@
 """Lab checkers: run a learner's function on many cases and say exactly what is wrong.
 
-Every checker in the ``helpers.checks.labN`` modules is built on :func:`check_cases`: it calls
-the learner's function on random cases (odd sizes, batch 1, stride > 1, sizes that are not tile
-multiples), compares with a reference computed independently (NumPy in float64, or torch), and
-returns a :class:`Report`: passed, or the first failing case described so that it can be fixed.
+Every checker in ``helpers.checks.labN`` (a module, or a package where a lab needs several) is
+built on :func:`check_cases`: it calls the learner's function on random cases (odd sizes, batch
+1, stride > 1, sizes that are not tile multiples), compares with a reference computed
+independently (NumPy in float64, or torch), and returns a :class:`Report`: passed, or the first
+failing case described so that it can be fixed.
 
 A checker never passes a stub, a function that returns zeros or its input, or one that is right
 only on sizes that are multiples of a tile: the cases are random non-zero data with awkward

@@ -5,7 +5,7 @@ One checker per TODO of ``labs/lab7_overlap_copies.ipynb``, each returning a
 :func:`check_schedule` (the start and end of every operation under :data:`RULES`) and
 :func:`check_best_chunks` (the chunk count with the smallest makespan). The rules, their event
 simulation (:func:`simulate`) and the diagnosis of a wrong schedule are in
-:mod:`helpers.checks.lab7_model`. A schedule is a list of dicts ``{"chunk", "op", "start_ms",
+:mod:`helpers.checks.lab7.model`. A schedule is a list of dicts ``{"chunk", "op", "start_ms",
 "end_ms"}``; ``durations`` are ``(h2d_ms, compute_ms, d2h_ms)`` per chunk. Times in ms.
 
 Source: Li et al., ICPP 2016, Section V-D and Figure 7 (CPU-GPU transfer overheads; remedies:
@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from helpers.checks import Case, Report, WrongResult, check_cases
-from helpers.checks.lab7_model import (
+from helpers.checks.lab7.model import (
     OPS,
     ORDERS,
     RULES,

@@ -1,7 +1,7 @@
 """One rank of Lab 9's real check: a learner's ring all-reduce on gloo, beside dist.all_reduce.
 
-Run as a script, once per rank, by :mod:`helpers.checks.lab9_real`:
-``python lab9_rank.py MODULE FUNCTION RANK GROUPS SIZES SEED OUT``. GROUPS is ``W:PORT,...``,
+Run as a script, once per rank, by :mod:`helpers.checks.lab9.real`:
+``python rank.py MODULE FUNCTION RANK GROUPS SIZES SEED OUT``. GROUPS is ``W:PORT,...``,
 largest W first: the rank joins each gloo group it belongs to (RANK < W) at 127.0.0.1:PORT in
 turn, and for each n in SIZES calls ``FUNCTION(x, RANK, W, torch.distributed)`` on n seeded
 float32 values (:func:`inputs`) and ``dist.all_reduce`` on a copy. OUT (JSON) is rewritten at

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from helpers.checks.lab7_model import engine_of
+from helpers.checks.lab7.model import engine_of
 from helpers.device import backend
 from helpers.experiments import transfers
 from helpers.experiments.transfers.model import LINKS, chunk_bounds, layer_bytes, layer_for

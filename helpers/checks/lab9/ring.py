@@ -3,8 +3,8 @@
 One checker per TODO of ``labs/lab9_ring_all_reduce.ipynb``: :func:`check_ring_step` (the
 schedule ``ring_step(rank, world, step, phase) -> (send_chunk, recv_chunk)``, validated by
 simulating which contributions every chunk holds), :func:`check_ring_all_reduce` (a 1-D
-float32 tensor summed in place over W ranks: simulated ranks (:mod:`.lab9_sim`), then real
-gloo processes (:mod:`.lab9_real`)) and :func:`check_ring_seconds` (the model of
+float32 tensor summed in place over W ranks: simulated ranks (:mod:`.sim`), then real
+gloo processes (:mod:`.real`)) and :func:`check_ring_seconds` (the model of
 :data:`RING_MODEL`). Also :func:`schedule_table` and :func:`fit_latency_bandwidth` for the lab.
 
 W ranks, chunk c of x is ``torch.tensor_split(x, W)[c]``; rank r sends to (r + 1) % W and
@@ -22,7 +22,9 @@ import traceback
 import numpy as np
 import torch
 
-from helpers.checks import Case, Report, check_cases, compare, lab9_real, lab9_sim
+from helpers.checks import Case, Report, check_cases, compare
+from helpers.checks.lab9 import real as lab9_real
+from helpers.checks.lab9 import sim as lab9_sim
 from helpers.experiments.parallel import ring_allreduce_seconds
 
 __all__ = [
@@ -328,11 +330,11 @@ def check_ring_all_reduce(fn, *, real: bool = True, real_timeout_s: float = 30.0
 
     Returns:
         A :class:`Report`. First, for W in :data:`SIM_WORLDS` and n in :data:`SIZES`, W
-        simulated ranks (:func:`helpers.checks.lab9_sim.run_ranks`): a raised exception, a
+        simulated ranks (:func:`helpers.checks.lab9.sim.run_ranks`): a raised exception, a
         deadlock (where each rank waits), every rank's x against the float64 sum of the
         inputs (relative tolerance 1e-5) and the ring's bandwidth (in all 2(W - 1) n elements
         sent, no rank above 2n minus two smallest chunks: :func:`ring_elements`). Then the
-        learner's source on gloo, W in :data:`REAL_WORLDS` (:func:`.lab9_real.run_on_gloo`)
+        learner's source on gloo, W in :data:`REAL_WORLDS` (:func:`.real.run_on_gloo`)
         against ``dist.all_reduce``; where gloo cannot start, the report says so and stays
         passed. Never raises for what ``fn`` does.
     """

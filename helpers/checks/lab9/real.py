@@ -4,7 +4,7 @@
 same module it calls by name, such as ``ring_step``) below ``import math, torch,
 torch.distributed as dist`` and an import of every module it names (``np``, say), so that a
 child process can import it. :func:`run_on_gloo` starts max(W) children, each
-:mod:`helpers.checks.lab9_rank` run by this interpreter (``sys.executable``), which join one
+:mod:`helpers.checks.lab9.rank` run by this interpreter (``sys.executable``), which join one
 gloo group per W in turn (MASTER_ADDR 127.0.0.1, a free port each), and compares their results
 with ``dist.all_reduce``; every child is killed on error, on time-out and on return. Seconds.
 
@@ -32,7 +32,7 @@ __all__ = ["HEADER", "RealOutcome", "learner_module", "run_on_gloo"]
 #: The first line of the module the learner's function is copied into.
 HEADER = "import math, torch, torch.distributed as dist"
 
-_WORKER = pathlib.Path(__file__).with_name("lab9_rank.py")
+_WORKER = pathlib.Path(__file__).with_name("rank.py")
 
 
 @dataclasses.dataclass
@@ -174,7 +174,7 @@ def run_on_gloo(fn, worlds=(2, 3), sizes=(1, 7, 37, 1000), *, seed: int = 9,
         fn: the learner's ring all-reduce (its source must be readable). worlds: the world
             sizes W; max(worlds) processes are started, and join one group per W in turn
             (largest first). sizes: the lengths n, in turn, in each group.
-        seed: inputs as :func:`helpers.checks.lab9_rank.inputs`. rtol: allowed difference,
+        seed: inputs as :func:`helpers.checks.lab9.rank.inputs`. rtol: allowed difference,
             relative to the largest value of the sum. timeout_s: seconds a group may run once
             its ranks have joined. startup_s: seconds for the processes to start and join.
 

@@ -1,12 +1,10 @@
-"""Checkers for Lab 6: bank conflicts, a conflict-free transpose, and occupancy by hand.
+"""Checkers for Lab 6's TODOs counted by hand: bank conflicts and occupancy.
 
-One checker per TODO of ``labs/lab6_transpose_and_occupancy.ipynb``, each returning a
-:class:`helpers.checks.Report`: :func:`check_conflict_degree` (``words``: 32 shared-memory word
-indices of a warp, int64, -1 = inactive lane -> wavefronts), :func:`check_transpose_kernel`
-(from :mod:`helpers.checks.lab6_transpose`: ``src (H, W) -> dst (W, H)`` float32 through a
-padded 32 x 33 tile) and :func:`check_resident_warps` (threads, registers and bytes of shared
-memory per block and an :class:`helpers.occupancy.SmLimits` -> resident warps per SM). A wrong
-answer that matches a known mistake is named in the report.
+Each returns a :class:`helpers.checks.Report`: :func:`check_conflict_degree` (``words``: 32
+shared-memory word indices of a warp, int64, -1 = inactive lane -> wavefronts) and
+:func:`check_resident_warps` (threads, registers and bytes of shared memory per block and an
+:class:`helpers.occupancy.SmLimits` -> resident warps per SM). A wrong answer that matches a
+known mistake is named in the report. The transpose's checker is :mod:`.transpose`'s.
 
 Source: Li et al., ICPP 2016, Section V-C, Figure 6 (achieved occupancy, shared-memory
 efficiency) and Table II; the references are
@@ -23,28 +21,14 @@ import numpy as np
 
 from helpers import occupancy
 from helpers.checks import Case, Report, WrongResult, check_cases
-from helpers.checks.lab6_transpose import (
-    BLOCK_ROWS,
-    KERNEL_ARGTYPES,
-    TILE,
-    check_transpose_kernel,
-    compile_for_block_rows,
-    run_transpose,
-)
 from helpers.experiments.memory_access import conflict_degree
 
 __all__ = [
-    "BLOCK_ROWS",
-    "KERNEL_ARGTYPES",
     "OCCUPANCY_CASES",
     "SM_FIELDS",
-    "TILE",
     "WORD_CASES",
     "check_conflict_degree",
     "check_resident_warps",
-    "check_transpose_kernel",
-    "compile_for_block_rows",
-    "run_transpose",
 ]
 
 _OFF = -1  # an inactive lane
