@@ -162,9 +162,13 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_module_over_600_lines():
-    long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
-            if (n := len(p.read_text().splitlines())) > 600}
+def test_no_module_over_500_lines():
+    """helpers, tools and tests alike: a longer module is split along a seam a reader would
+    name, not squeezed."""
+    paths = [*MODULES.values(), *sorted((ROOT / "tools").rglob("*.py")),
+             *sorted((ROOT / "tests").rglob("*.py"))]
+    long = {str(p.relative_to(ROOT)): n for p in paths
+            if (n := len(p.read_text().splitlines())) > 500}
     assert not long, f"split these modules: {long}"
 
 
