@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from helpers.figures import nb03_tiled as _tiled
 from helpers.figures.style import COLORS, color_for
 
 
@@ -219,3 +220,14 @@ def tile_reuse_figure(curves: Sequence[tuple[str, Sequence[int], Sequence]],
     fig.update_yaxes(type="log", title_text="reuse (x)", row=1, col=1)
     fig.update_yaxes(type="log", title_text="FLOP/byte", row=1, col=2)
     return fig
+
+
+#: Charts that moved to :mod:`helpers.figures.nb03_tiled`, still readable here so that a learner's
+#: copy of an older notebook 03 keeps running.
+MOVED = ("tiled_block_footprint", "tiled_halo_figure", "tiled_thread_map", "thread_map_figure")
+
+
+def __getattr__(name: str):
+    if name in MOVED:
+        return getattr(_tiled, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from helpers import occupancy as occ_mod
 from helpers.experiments.memory_access import BANKS, SECTOR_BYTES, WARP, conflict_degree
+from helpers.figures import nb07_gpu_anatomy as _gpu_anatomy
 from helpers.figures.style import COLORS, color_for, value
 
 #: Colours of the study's strategy families in notebook 07 (its Table II).
@@ -277,3 +278,15 @@ def gpu_experiments_figure(rows: Sequence[dict], source: str) -> go.Figure:
     fig.update_layout(title=f"The three experiments on a GPU<br><sup>{source}</sup>",
                       template="plotly_white", height=430, margin=dict(l=60, r=20, t=90, b=60))
     return fig
+
+
+#: What moved to :mod:`helpers.figures.nb07_gpu_anatomy`, still readable here so that a learner's
+#: copy of an older notebook 07 keeps running.
+MOVED = ("PUBLISHED", "GpuAnatomy", "anatomy_from_table", "anatomy_from_properties", "gpu_anatomy",
+         "gpu_anatomy_figure")
+
+
+def __getattr__(name: str):
+    if name in MOVED:
+        return getattr(_gpu_anatomy, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
