@@ -13,7 +13,7 @@ import pytest
 
 from helpers import notebook, widgets
 from helpers.device import timing
-from tools import book
+from tools import book, book_outputs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -41,11 +41,12 @@ def test_an_explorer_is_one_output_whose_fallback_is_a_static_copy(make):
     never a second set of charts below the live ones."""
     explorer = make()
     bundle = explorer._repr_mimebundle_()
-    assert bundle[book.WIDGET_MIME] == explorer.widget._repr_mimebundle_()[book.WIDGET_MIME]
+    mime = book_outputs.WIDGET_MIME
+    assert bundle[mime] == explorer.widget._repr_mimebundle_()[mime]
     page = bundle["text/html"]
     assert explorer.made_on and explorer.made_on in page
     assert explorer.made_on in bundle["text/plain"]
-    embedded = [json.loads(m.group(2)) for m in book._STATIC_CHART.finditer(page)]
+    embedded = [json.loads(m.group(2)) for m in book_outputs._STATIC_CHART.finditer(page)]
     live = [chart.figure for chart in explorer.live_charts()]
     assert len(embedded) == len(live) >= 1
     for copy, chart in zip(embedded, live):
@@ -64,7 +65,7 @@ def test_the_static_copy_cannot_close_its_script_early():
     explorer = widgets.OccupancyExplorer(use_figurewidget=False)
     explorer.chart.update(go.Figure(go.Bar(x=["</script><b>x</b>"], y=[1])))
     page = explorer._repr_mimebundle_()["text/html"]
-    (match,) = book._STATIC_CHART.finditer(page)
+    (match,) = book_outputs._STATIC_CHART.finditer(page)
     assert json.loads(match.group(2))["data"][0]["x"] == ["</script><b>x</b>"]
 
 
@@ -98,18 +99,18 @@ def test_every_explorer_in_the_notebooks_stores_a_static_chart():
         for cell in nb.cells:
             if cell.cell_type != "code" or "Explorer(" not in cell.source:
                 continue
-            widget = [o for o in cell.outputs if book.WIDGET_MIME in o.get("data", {})]
+            widget = [o for o in cell.outputs if book_outputs.WIDGET_MIME in o.get("data", {})]
             if not widget:
                 continue
             found += 1
             assert len(widget) == 1, path.name
-            assert not [o for o in cell.outputs if book.PLOTLY_MIME in o.get("data", {})], \
+            assert not [o for o in cell.outputs if book_outputs.PLOTLY_MIME in o.get("data", {})], \
                 f"{path.name}: charts stored beside the explorer"
-            charts = book._output_figures(widget[0])
+            charts = book_outputs._output_figures(widget[0])
             assert charts, f"{path.name}: the explorer cell stores no static chart"
             assert all(c["data"] for c in charts), path.name
-            assert "measured on" in book._text(widget[0]["data"]["text/html"]) or \
-                "calculated" in book._text(widget[0]["data"]["text/html"]), path.name
+            assert "measured on" in book_outputs._text(widget[0]["data"]["text/html"]) or \
+                "calculated" in book_outputs._text(widget[0]["data"]["text/html"]), path.name
     assert found >= 3
 
 
@@ -118,7 +119,7 @@ def test_the_book_draws_the_explorers_static_charts(tmp_path):
                             only=["01", "06", "07"], images=False)
     for page in pages:
         text = (tmp_path / "book" / page.href).read_text(encoding="utf-8")
-        assert book.WIDGET_NOTE in text, page.href
+        assert book_outputs.WIDGET_NOTE in text, page.href
         assert "A static copy of what the explorer showed" in text, page.href
         assert "workbook-static-chart" not in text, page.href  # re-drawn by the book
         assert text.count('class="plotly-graph-div"') >= page.charts, page.href
