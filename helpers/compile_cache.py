@@ -7,25 +7,38 @@ the bytes of every module of :mod:`helpers` and the compiler's package versions,
 to the code or the compiler misses the cache. The folder is ``$WORKBOOK_COMPILE_CACHE``, else
 ``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled`` (``~/.cache/...``); ``WORKBOOK_COMPILE_CACHE=off``
 turns it off. Entries are written whole (a temporary file, then renamed), so concurrent
-processes never read half an entry; an unreadable entry is a miss.
+processes never read half an entry; an unreadable entry is a miss. A process about to compile
+claims its jobs (:func:`claim`, a lock file per job), so that another process needing the same
+kernel at the same time waits for that answer (:func:`wait`) instead of compiling it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import pathlib
 import tempfile
+import time
 
-__all__ = ["ENV", "MAX_ENTRIES", "folder", "fingerprint", "key", "get", "put"]
+try:
+    import fcntl
+except ImportError:   # Windows: no claims; each process compiles what it does not find
+    fcntl = None
+
+__all__ = ["ENV", "MAX_ENTRIES", "WAIT_S", "folder", "fingerprint", "key", "get", "put", "claim",
+           "wait"]
 
 #: The environment variable that moves the cache (a folder) or turns it off (``off``).
 ENV = "WORKBOOK_COMPILE_CACHE"
 
 #: Entries kept; beyond it the oldest are removed when one is written.
 MAX_ENTRIES = 2000
+
+#: Seconds a process waits for another one compiling the same job before compiling it itself.
+WAIT_S = 900.0
 
 _PACKAGES = ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "nvidia-nvjitlink",
              "nvidia-cuda-nvcc", "nvidia-nvvm")
@@ -94,5 +107,67 @@ def put(job: dict, answer: dict) -> None:
         entries = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime)
         for old in entries[:max(0, len(entries) - MAX_ENTRIES)]:
             old.unlink(missing_ok=True)
+            old.with_suffix(".lock").unlink(missing_ok=True)
     except OSError:
         return
+
+
+@contextlib.contextmanager
+def claim(jobs: list[dict]):
+    """Claim the jobs that no other process is compiling now.
+
+    Yields ``(mine, theirs)``: the jobs this process should compile (their claims held until
+    the ``with`` block ends, which is after their answers are :func:`put`), and those another
+    process holds (:func:`wait` for them after the block: a process that waits holds nothing,
+    so two processes never wait for each other). Without a cache folder, or without file locks
+    (Windows), or where the folder cannot be written, every job is ``mine``.
+    """
+    where = folder()
+    held: list = []
+    mine, theirs = [], []
+    try:
+        if where is None or fcntl is None:
+            raise OSError("no claims here")
+        where.mkdir(parents=True, exist_ok=True)
+        for job in jobs:
+            fh = open(where / f"{key(job)}.lock", "a")   # noqa: SIM115 (held past the loop)
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                theirs.append(job)
+                continue
+            held.append(fh)
+            mine.append(job)
+    except OSError:
+        for fh in held:
+            fh.close()
+        held, mine, theirs = [], list(jobs), []
+    try:
+        yield mine, theirs
+    finally:
+        for fh in held:
+            fh.close()   # closing the file releases its lock
+
+
+def wait(job: dict, timeout_s: float | None = None) -> dict | None:
+    """``job``'s answer once no process holds its claim (:func:`claim`): as :func:`get`, after
+    waiting at most ``timeout_s`` seconds (default :data:`WAIT_S`); None if there is still
+    none (the other process failed, or took too long: then compile it here)."""
+    where = folder()
+    if where is None or fcntl is None:
+        return get(job)
+    deadline = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
+    try:
+        with open(where / f"{key(job)}.lock", "a") as fh:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.2)
+    except OSError:
+        pass
+    return get(job)

@@ -329,9 +329,10 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
             else:
                 _CACHE[k] = kept
     if todo:
-        for d, raw in zip(todo, _run(todo)):
-            _CACHE[json.dumps(d, sort_keys=True)] = raw
-            compile_cache.put(d, raw)
+        # jobs another process is compiling right now are waited for, not compiled twice
+        with compile_cache.claim(todo) as (mine, theirs):
+            _compile_into_cache([d for d in mine if not _from_disk(d)])
+        _compile_into_cache([d for d in theirs if not _from_disk(d, wait=True)])
     out = []
     for k in keys:
         try:
@@ -339,6 +340,23 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
         except CompileError as exc:
             out.append(exc)
     return out
+
+
+def _from_disk(d: dict, wait: bool = False) -> bool:
+    """Whether job ``d``'s answer is on disk now (after another process's claim on it ended,
+    with ``wait``); if so it is kept in this process too."""
+    kept = compile_cache.wait(d) if wait else compile_cache.get(d)
+    if kept is not None:
+        _CACHE[json.dumps(d, sort_keys=True)] = kept
+    return kept is not None
+
+
+def _compile_into_cache(todo: list[dict]) -> None:
+    """Compile the described jobs in one child process; keep each answer here and on disk."""
+    if todo:
+        for d, raw in zip(todo, _run(todo)):
+            _CACHE[json.dumps(d, sort_keys=True)] = raw
+            compile_cache.put(d, raw)
 
 
 def compile_kernel(kernel, argtypes: Sequence[str], target: str = "sm_90",

@@ -77,3 +77,54 @@ def test_a_second_process_reads_the_compilers_answer_from_disk(cache, monkeypatc
     assert second.regs_per_thread == first.regs_per_thread and second.ptx == first.ptx
     entry = json.loads(next(cache.glob("*.json")).read_text())
     assert entry["ok"]["name"] == "gemm_naive_kernel"
+
+
+@pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+def test_a_job_claimed_by_one_process_is_waited_for_by_another(cache):
+    """The claim is a lock per job: a second claim on a held job gets it as someone else's,
+    waits for the answer the first one puts, and claims it itself once the first is done."""
+    other = dict(JOB, target="sm_75")
+    with compile_cache.claim([JOB]) as (mine, theirs):
+        assert (mine, theirs) == ([JOB], [])
+        with compile_cache.claim([JOB, other]) as (mine2, theirs2):
+            assert (mine2, theirs2) == ([other], [JOB])
+        assert compile_cache.wait(JOB, timeout_s=0.3) is None       # still compiling, no answer
+        compile_cache.put(JOB, {"ok": "from the first"})
+    assert compile_cache.wait(JOB, timeout_s=0.3) == {"ok": "from the first"}
+    with compile_cache.claim([JOB]) as (mine3, _):
+        assert mine3 == [JOB]
+
+
+@pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+def test_compile_many_waits_for_a_kernel_another_process_is_compiling(cache, monkeypatch):
+    """compile_many does not compile a job claimed elsewhere: it waits, then reads the answer
+    the other process put (here planted from a real compile), without running the compiler."""
+    import threading
+
+    spec = kernels.spec("gemm_naive_kernel")
+    job = compiled.Job(spec.dispatcher(), spec.argtypes, "sm_90")
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    try:
+        first = compiled.compile_many([job])[0]
+    except compiled.CompilerUnavailable as exc:
+        pytest.skip(str(exc))
+    (entry,) = cache.glob("*.json")
+    answer = json.loads(entry.read_text())
+    entry.unlink()
+    described = json.loads(next(iter(compiled._CACHE)))
+    monkeypatch.setattr(compiled, "_CACHE", {})
+
+    def no_compiler(jobs):
+        raise AssertionError("the compiler ran although another process was compiling the job")
+
+    monkeypatch.setattr(compiled, "_run", no_compiler)
+    got = []
+    with compile_cache.claim([described]) as (mine, _):
+        assert mine == [described]
+        waiter = threading.Thread(target=lambda: got.append(compiled.compile_many([job])[0]))
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive() and not got          # waiting for the claim
+        compile_cache.put(described, answer)
+    waiter.join(timeout=30)
+    assert got and got[0].ptx == first.ptx
