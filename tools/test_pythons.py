@@ -141,7 +141,8 @@ def learner_python(steps: Steps, version: str, python: str) -> None:
     venv = ROOT / f".venv-py{version}"
     env = {"UV_PROJECT_ENVIRONMENT": str(venv)}
     if not steps.run(f"Python {version}: environment from uv.lock",
-                     [uv(), "sync", "--frozen", "--quiet", "--python", python], env):
+                     [uv(), "sync", "--frozen", "--quiet", "--compile-bytecode", "--python",
+                      python], env):
         return
     py = str(venv / "bin" / "python")
     steps.run(f"Python {version}: tests marked each_python",
@@ -159,8 +160,8 @@ def gpu_server(steps: Steps, python: str) -> None:
     if not (steps.run("GPU server: bare environment (Python 3.12, numpy 2.5, torch)",
                       [uv(), "venv", "--quiet", "--clear", "--python", python, str(venv)])
             and steps.run("GPU server: numpy 2.5, numba, numba-cuda 0.30.4, torch",
-                          [uv(), "pip", "install", "--quiet", "--python", py, *SERVER_CORE,
-                           torch])):
+                          [uv(), "pip", "install", "--quiet", "--compile-bytecode", "--python", py,
+                           *SERVER_CORE, torch])):
         return
     bare = {"PYTHONPATH": str(ROOT)}
     contract = next(c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -174,7 +175,8 @@ def gpu_server(steps: Steps, python: str) -> None:
               [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                "tests/test_numpy_compat.py"], {"WORKBOOK_NUMPY25_PYTHON": py})
     if steps.run("GPU server: its other packages (torchvision, psutil, tqdm, ...)",
-                 [uv(), "pip", "install", "--quiet", "--python", py, *SERVER_EXTRAS,
+                 [uv(), "pip", "install", "--quiet", "--compile-bytecode", "--python", py,
+                  *SERVER_EXTRAS,
                   f"torchvision=={locked_version('torchvision')}", torch]):
         steps.run("GPU server: numpy is still 2.5 beside them",
                   [py, "-c", "import numpy as np; assert not hasattr(np, 'row_stack'), "
