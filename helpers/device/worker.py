@@ -1,9 +1,11 @@
 """A child process that runs measurements one at a time and can be stopped in the middle of one.
 
 A call into torch or a compiled kernel cannot be interrupted from another thread, so the live
-explorers measure in a :class:`Worker`: ``python -m helpers.device.worker``, started once,
-given a function by module and name (pickled over its standard input and output), and killed
-when its time is up or its result is no longer wanted; a fresh one is started at once.
+explorers measure in a :class:`Worker`: ``python -m helpers.device.worker``, started once and
+given a function by module and name (pickled over its standard input and output). A call no
+longer wanted, or past its time, is asked to stop (:mod:`helpers.device.cancel`: the timer
+stops at its next timed call) and the process goes on; only a call that ignores the request
+for longer than the grace is killed, and a warm spare, started ahead, takes its place.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from helpers.device import cancel
+
 __all__ = ["Outcome", "Worker"]
 
 
@@ -32,8 +36,9 @@ class Outcome:
 
     Attributes:
         status: ``"ok"``; ``"did not finish"`` (still running when its ``timeout_s`` was up:
-            the process was killed); ``"stopped"`` (no longer wanted: killed); ``"failed"``
-            (it raised, or the process died: ``error`` says how).
+            it was stopped, or killed after the grace); ``"stopped"`` (no longer wanted:
+            stopped, or killed after the grace); ``"failed"`` (it raised, or the process died:
+            ``error`` says how).
         value: the function's return value (``"ok"`` only; it must pickle).
         seconds: wall-clock seconds from sending the call to its end or its stop.
         error: ``"TypeName: message"`` for ``"failed"``, else "".
@@ -43,6 +48,8 @@ class Outcome:
     value: Any = None
     seconds: float = 0.0
     error: str = ""
+    #: True when the call ignored the request to stop and its process was killed.
+    killed: bool = False
 
 
 def _send(stream, message) -> None:
@@ -64,11 +71,29 @@ def _receive(stream):
 
 
 def _serve(warm_up: tuple[str, str] | None) -> None:
-    """The child's loop: ``(module, name, args, kwargs)`` in, ``(status, value)`` out. Its
-    standard output is the parent's pipe; anything printed goes to standard error."""
-    requests = sys.stdin.buffer
+    """The child's loop: ``(module, name, args, kwargs)`` in, ``(status, value)`` out, where
+    status is ``"ok"``, ``"failed"`` or ``"stopped"`` (the call raised
+    :class:`helpers.device.cancel.Cancelled`). A control thread reads the standard input, so
+    that ``"cancel"`` reaches the call in progress (:func:`helpers.device.cancel.request`).
+    Its standard output is the parent's pipe; anything printed goes to standard error."""
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    jobs: queue.Queue = queue.Queue()
+
+    def control() -> None:
+        while True:
+            try:
+                message = _receive(sys.stdin.buffer)
+            except EOFError:
+                message = None
+            if message == "cancel":
+                cancel.request()
+                continue
+            jobs.put(message)
+            if message is None:
+                return
+
+    threading.Thread(target=control, daemon=True, name="workbook-measure-control").start()
     if warm_up is not None:
         try:
             getattr(importlib.import_module(warm_up[0]), warm_up[1])()
@@ -76,102 +101,158 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
             pass
     _send(replies, ("ready", None))
     while True:
-        try:
-            job = _receive(requests)
-        except EOFError:
-            return
+        job = jobs.get()
         if job is None:
             return
         module, name, args, kwargs = job
+        cancel.clear()
         try:
             value = getattr(importlib.import_module(module), name)(*args, **kwargs)
+        except cancel.Cancelled:
+            _send(replies, ("stopped", None))
+            continue
         except BaseException as exc:  # noqa: BLE001  (sent back as the call's failure)
             _send(replies, ("failed", f"{type(exc).__name__}: {exc}"))
             continue
         _send(replies, ("ok", value))
 
 
+class _Child:
+    """One child process, the thread that reads its replies, and whether it is ready."""
+
+    def __init__(self, warm_up: tuple[str, str] | None):
+        root = str(pathlib.Path(__file__).resolve().parents[2])  # the folder holding helpers/
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+        command = [sys.executable, "-m", "helpers.device.worker", *(warm_up or ())]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env=env, cwd=root)
+        self.replies: queue.Queue = queue.Queue()
+        self.ready = False
+        threading.Thread(target=self._read, daemon=True,
+                         name="workbook-measure-reader").start()
+
+    def _read(self) -> None:
+        """Move the child's replies into ``replies``; ``("gone", None)`` when it ends."""
+        while True:
+            try:
+                self.replies.put(_receive(self.process.stdout))
+            except Exception:  # noqa: BLE001  (EOF, a closed pipe: the child is gone)
+                self.replies.put(("gone", None))
+                return
+
+    def reply(self, timeout_s: float):
+        """The child's next reply, or None when none came within ``timeout_s``."""
+        try:
+            return self.replies.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            return None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
 class Worker:
-    """A measuring process, started on first use and replaced after every kill.
+    """A measuring process, started on first use, with a warm spare where asked.
 
     Args:
         warm_up: ``(module, function)`` the child calls once before its first call (imports,
             kernel compilation), or None.
         start_timeout_s: seconds a child may take to start before :meth:`run` reports the
             call as failed (> 0).
+        spare: keep a second child warming up, started once the first is ready, to take the
+            place of one that is killed (so that the next call waits for no import).
+        grace_s: seconds a call asked to stop (no longer wanted, or past its ``timeout_s``)
+            may take to stop before its process is killed (> 0).
 
     Calls are run one at a time, in the order threads ask (a lock); :meth:`run` is safe to call
     from any thread. A child is killed when this process exits, and ends by itself when its
     standard input closes.
     """
 
-    #: Seconds a call that is no longer wanted may take to end by itself before it is killed.
-    GRACE_S = 0.2
+    #: Default seconds a call asked to stop may take before it is killed.
+    GRACE_S = 1.0
 
-    def __init__(self, warm_up: tuple[str, str] | None = None, start_timeout_s: float = 300.0):
+    def __init__(self, warm_up: tuple[str, str] | None = None, start_timeout_s: float = 300.0,
+                 spare: bool = False, grace_s: float | None = None):
         if not start_timeout_s > 0:
             raise ValueError(f"start_timeout_s must be > 0 seconds, got {start_timeout_s!r}")
+        grace_s = self.GRACE_S if grace_s is None else grace_s
+        if not grace_s > 0:
+            raise ValueError(f"grace_s must be > 0 seconds, got {grace_s!r}")
         self.warm_up = warm_up
         self.start_timeout_s = start_timeout_s
+        self.spare = bool(spare)
+        self.grace_s = grace_s
         self._lock = threading.Lock()
-        self._process: subprocess.Popen | None = None
-        self._replies: queue.Queue = queue.Queue()
-        self._ready = False
+        self._child: _Child | None = None
+        self._spare: _Child | None = None
         self._start_error = ""
-        #: How many child processes were started (the first one, and one after every kill).
+        #: How many child processes were started (the first, spares, and one after a failure).
         self.starts = 0
-        atexit.register(self._kill)
+        #: How many calls were killed because they ignored a request to stop.
+        self.kills = 0
+        atexit.register(self._kill_all)
+
+    def _new_child(self) -> _Child:
+        self.starts += 1
+        return _Child(self.warm_up)
 
     def start(self) -> None:
-        """Start a child now (if none is running), without waiting for it to be ready."""
-        if self._process is not None and self._process.poll() is None:
-            return
-        root = str(pathlib.Path(__file__).resolve().parents[2])  # the folder holding helpers/
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-        command = [sys.executable, "-m", "helpers.device.worker", *(self.warm_up or ())]
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         env=env, cwd=root)
-        self._replies = queue.Queue()
-        threading.Thread(target=self._read, args=(self._process.stdout, self._replies),
-                         daemon=True, name="workbook-measure-reader").start()
-        self._ready = False
-        self.starts += 1
-
-    @staticmethod
-    def _read(stream, replies: queue.Queue) -> None:
-        """Move the child's replies into ``replies``; ``("gone", None)`` when it ends."""
-        while True:
+        """Start a child now (if none is running), without waiting for it to be ready. Safe
+        from any thread: while a call is in progress there is a child already."""
+        if self._lock.acquire(blocking=False):
             try:
-                replies.put(_receive(stream))
-            except Exception:  # noqa: BLE001  (EOF, a closed pipe: the child is gone)
-                replies.put(("gone", None))
-                return
+                self._start()
+            finally:
+                self._lock.release()
 
-    def _reply(self, timeout_s: float):
-        """The child's next reply, or None when none came within ``timeout_s``."""
-        try:
-            return self._replies.get(timeout=max(timeout_s, 0.0))
-        except queue.Empty:
-            return None
+    def _start(self) -> None:
+        if self._child is not None and self._child.alive():
+            return
+        if self._child is not None:
+            self._child.kill()
+        if self._spare is not None and self._spare.alive():
+            self._child, self._spare = self._spare, None
+        else:
+            self._child = self._new_child()
+
+    def _start_spare(self) -> None:
+        if self.spare and (self._spare is None or not self._spare.alive()):
+            self._spare = self._new_child()
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Start a child if needed and wait up to ``timeout_s`` seconds (default
-        ``start_timeout_s``) until it is ready; whether it is."""
-        self.start()
-        if not self._ready:
+        ``start_timeout_s``) until it is ready; whether it is. Once it is, the spare (if
+        asked for) starts warming up."""
+        self._start()
+        child = self._child
+        if not child.ready:
             wait = self.start_timeout_s if timeout_s is None else timeout_s
-            reply = self._reply(wait)
+            reply = child.reply(wait)
             if reply is None:
                 self._start_error = f"the measuring process did not start within {wait:g} s"
-            elif reply[0] == "ready":
-                self._ready = True
+                return False
+            if reply[0] == "ready":
+                child.ready = True
             else:
-                code = self._process.wait(timeout=10)
+                code = child.process.wait(timeout=10)
                 self._start_error = (f"the measuring process ended before it was ready "
                                      f"(exit code {code}; its error is on standard error)")
                 self._kill()
-        return self._ready
+                return False
+        self._start_spare()
+        return True
 
     def run(self, module: str, name: str, *args: Any, timeout_s: float,
             cancelled: Callable[[], bool] = lambda: False, poll_s: float = 0.02,
@@ -181,13 +262,14 @@ class Worker:
         Args:
             module, name: the function, importable in a fresh interpreter.
             timeout_s: seconds the call may run (the child's start is not counted, up to
-                ``start_timeout_s``); then it is killed and the outcome is
-                ``"did not finish"``.
-            cancelled: asked every ``poll_s`` seconds; once it returns True the call has
-                :data:`GRACE_S` to end, then is killed (outcome ``"stopped"``).
+                ``start_timeout_s``); then it is asked to stop, and killed if it has not
+                within ``grace_s``: the outcome is ``"did not finish"``.
+            cancelled: asked every ``poll_s`` seconds; once it returns True the call is asked
+                to stop, and killed if it has not within ``grace_s`` (outcome ``"stopped"``).
 
         Returns:
-            An :class:`Outcome`. Never raises for what the call does.
+            An :class:`Outcome` (``killed`` says whether the process had to be killed). Never
+            raises for what the call does.
         """
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -197,68 +279,78 @@ class Worker:
             if not self.wait_ready():
                 self._kill()
                 return Outcome("failed", error=f"RuntimeError: {self._start_error}")
+            child = self._child
             start = time.monotonic()
             try:
-                _send(self._process.stdin, (module, name, args, kwargs))
+                _send(child.process.stdin, (module, name, args, kwargs))
             except (OSError, ValueError, pickle.PicklingError) as exc:
                 self._kill()
                 return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
-            stop_at = None
+            why, kill_at = "", None
             while True:
                 now = time.monotonic()
-                if now - start >= timeout_s:
+                if not why:
+                    why = ("did not finish" if now - start >= timeout_s
+                           else "stopped" if cancelled() else "")
+                    if why:
+                        kill_at = now + self.grace_s
+                        try:
+                            _send(child.process.stdin, "cancel")
+                        except (OSError, ValueError):
+                            kill_at = now
+                if kill_at is not None and now >= kill_at:
+                    self.kills += 1
                     self._replace()
-                    return Outcome("did not finish", seconds=now - start)
-                if stop_at is None and cancelled():
-                    stop_at = now + self.GRACE_S
-                if stop_at is not None and now >= stop_at:
-                    self._replace()
-                    return Outcome("stopped", seconds=now - start)
-                reply = self._reply(min(poll_s, timeout_s - (now - start)))
+                    return Outcome(why, seconds=now - start, killed=True)
+                wait = (kill_at if kill_at is not None else start + timeout_s) - now
+                reply = child.reply(min(poll_s, max(wait, 0.0)))
                 if reply is None:
                     continue
                 status, value = reply
+                seconds = time.monotonic() - start
                 if status == "gone":
-                    code = self._process.wait(timeout=5)
+                    code = child.process.wait(timeout=5)
                     self._replace()
-                    return Outcome("failed", seconds=time.monotonic() - start,
+                    return Outcome("failed", seconds=seconds,
                                    error=f"RuntimeError: the measuring process ended "
                                          f"(exit code {code})")
-                seconds = time.monotonic() - start
-                if stop_at is not None:
-                    return Outcome("stopped", seconds=seconds)
+                if why:  # asked to stop: whatever it answers, it is not wanted
+                    return Outcome(why, seconds=seconds)
                 if status == "ok":
                     return Outcome("ok", value, seconds)
+                if status == "stopped":  # stopped by itself (cancel.Cancelled): not asked
+                    return Outcome("failed", seconds=seconds,
+                                   error="Cancelled: the call stopped itself")
                 return Outcome("failed", seconds=seconds, error=value)
 
     def close(self) -> None:
-        """Stop the child (it is started again by the next :meth:`run`)."""
+        """Stop the children (a child is started again by the next :meth:`run`)."""
         with self._lock:
-            if self._process is not None and self._process.poll() is None:
-                try:
-                    _send(self._process.stdin, None)
-                    self._process.wait(timeout=2)
-                except (OSError, ValueError, subprocess.TimeoutExpired):
-                    pass
-            self._kill()
+            for child in (self._child, self._spare):
+                if child is not None and child.alive():
+                    try:
+                        _send(child.process.stdin, None)
+                        child.process.wait(timeout=2)
+                    except (OSError, ValueError, subprocess.TimeoutExpired):
+                        pass
+            self._kill_all()
 
     def _kill(self) -> None:
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait(timeout=10)
-            for stream in (self._process.stdin, self._process.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        self._process = None
-        self._ready = False
+        if self._child is not None:
+            self._child.kill()
+        self._child = None
+
+    def _kill_all(self) -> None:
+        self._kill()
+        if self._spare is not None:
+            self._spare.kill()
+        self._spare = None
 
     def _replace(self) -> None:
-        """Kill the child and start the next one at once (it imports while nobody waits)."""
+        """Kill the child and put the spare (or a new child, importing while nobody waits)
+        in its place; the next spare starts once that one is ready (:meth:`wait_ready`)."""
         self._kill()
-        self.start()
+        self._start()
 
 
 if __name__ == "__main__":

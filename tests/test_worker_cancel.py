@@ -1,0 +1,115 @@
+"""helpers.device.worker: a call no longer wanted is asked to stop and stops at its next timed
+block, in the same process; one that ignores the request is killed after the grace, and a warm
+spare takes its place at once.
+
+What is checked is the outcome and the process's life (starts, kills), with bounds far from
+this machine's speed: a call that should stop cooperatively would otherwise run ten minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+import time
+
+import pytest
+
+from helpers.device import cancel
+from helpers.device.worker import Worker
+
+TESTS = str(pathlib.Path(__file__).resolve().parent)
+
+
+@pytest.fixture
+def tests_importable(monkeypatch):
+    """The child imports the tests' own calls (tests/worker_calls.py)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+
+
+def _unwanted_after(seconds: float):
+    wanted = threading.Event()
+    wanted.set()
+    threading.Timer(seconds, wanted.clear).start()
+    return lambda: not wanted.is_set()
+
+
+def test_a_timed_call_no_longer_wanted_stops_without_killing_its_process(tests_importable):
+    worker = Worker(grace_s=60.0)
+    try:
+        assert worker.wait_ready()
+        starts = worker.starts
+        begun = time.monotonic()
+        out = worker.run("worker_calls", "cooperative", 600.0, timeout_s=3000,
+                         cancelled=_unwanted_after(0.5))
+        assert out.status == "stopped" and not out.killed
+        assert time.monotonic() - begun < 60  # not the grace: it stopped by itself
+        assert (worker.starts, worker.kills) == (starts, 0)  # the same process goes on
+        # and the next call does not see the old request
+        assert worker.run("worker_calls", "requested_now", timeout_s=120).value is False
+        assert worker.run("math", "sqrt", 4.0, timeout_s=120).value == 2.0
+    finally:
+        worker.close()
+
+
+def test_a_timed_call_past_its_time_stops_cooperatively_too(tests_importable):
+    worker = Worker(grace_s=60.0)
+    try:
+        worker.wait_ready()
+        out = worker.run("worker_calls", "cooperative", 600.0, timeout_s=0.5)
+        assert out.status == "did not finish" and not out.killed
+        assert worker.kills == 0
+    finally:
+        worker.close()
+
+
+def test_a_call_that_ignores_the_request_is_killed_and_the_spare_takes_over(tests_importable):
+    """The spare warmed up while the first child worked: after the kill the next call waits
+    for no start, though every start here takes four seconds."""
+    worker = Worker(warm_up=("worker_calls", "slow_warm_up"), spare=True, grace_s=0.5)
+    try:
+        assert worker.wait_ready()
+        assert worker.starts == 2  # the first child, and its spare started once it was ready
+        assert worker._spare.reply(120) == ("ready", None)  # the spare's own warm-up
+        worker._spare.replies.put(("ready", None))
+        begun = time.monotonic()
+        out = worker.run("worker_calls", "ignores_cancel", 600.0, timeout_s=3000,
+                         cancelled=_unwanted_after(0.2))
+        assert out.status == "stopped" and out.killed
+        assert out.seconds < 30  # the grace, not the ten minutes
+        assert worker.kills == 1
+        begun = time.monotonic()
+        assert worker.run("math", "sqrt", 9.0, timeout_s=120).value == 3.0
+        assert time.monotonic() - begun < 3.0  # no four-second warm-up: the spare was ready
+        assert worker.starts == 3  # a new spare behind the promoted one
+    finally:
+        worker.close()
+
+
+def test_a_hanging_call_past_its_time_is_killed_after_the_grace(tests_importable):
+    worker = Worker(grace_s=0.5)
+    try:
+        worker.wait_ready()
+        out = worker.run("worker_calls", "ignores_cancel", 600.0, timeout_s=0.5)
+        assert out.status == "did not finish" and out.killed
+        assert out.seconds < 30
+        assert worker.run("math", "sqrt", 16.0, timeout_s=120).value == 4.0
+    finally:
+        worker.close()
+
+
+def test_the_timer_stops_at_its_next_block_once_asked():
+    cancel.request()
+    try:
+        with pytest.raises(cancel.Cancelled):
+            from helpers.device.timing import benchmark
+            benchmark(time.sleep, 0.001, min_run_time=600.0)
+    finally:
+        cancel.clear()
+    assert issubclass(cancel.Cancelled, BaseException)
+    assert not issubclass(cancel.Cancelled, Exception)  # passes `except Exception` in a row
+
+
+def test_bad_grace_raises():
+    with pytest.raises(ValueError, match="grace_s"):
+        Worker(grace_s=0)

@@ -1,0 +1,36 @@
+"""Calls for a measuring process in the tests (imported by name in the child, with ``tests/`` on
+its PYTHONPATH): one that stops when asked, one that ignores the request, a slow warm-up."""
+
+from __future__ import annotations
+
+import time
+
+from helpers.device import cancel
+from helpers.device.timing import benchmark
+
+
+def cooperative(seconds: float) -> str:
+    """Time ``time.sleep(0.01)`` for ``seconds`` through the workbook's timer, which stops at
+    its next timed block once asked (helpers.device.cancel)."""
+    benchmark(time.sleep, 0.01, min_run_time=seconds, warmup=0)
+    return "finished"
+
+
+def ignores_cancel(seconds: float) -> str:
+    """Sleep ``seconds`` without ever looking at a request to stop."""
+    time.sleep(seconds)
+    return "finished"
+
+
+def slow_warm_up() -> None:
+    """A warm-up as slow as importing torch and compiling kernels on a busy machine: the
+    explorers' own (helpers.experiments.live.warm_up), then four seconds more."""
+    from helpers.experiments import live
+
+    live.warm_up()
+    time.sleep(4.0)
+
+
+def requested_now() -> bool:
+    """Whether a request to stop is pending in this process (it must not be, at a call's start)."""
+    return cancel.requested()
