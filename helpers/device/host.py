@@ -7,6 +7,7 @@ and Linux's ``/proc`` files, and returns None for what neither can tell.
 from __future__ import annotations
 
 import os
+import time
 
 try:
     import psutil
@@ -15,6 +16,7 @@ except ImportError:  # psutil is optional: the standard library and /proc stand 
 
 __all__ = [
     "CpuUtilisation",
+    "FreeCores",
     "cpu_count",
     "cpu_freq_max_hz",
     "ram_available_bytes",
@@ -127,3 +129,59 @@ class CpuUtilisation:
         total, idle = now[0] - last[0], now[1] - last[1]
         return 100.0 * (1.0 - idle / total)
 
+
+
+def _busy_seconds() -> tuple[float, float] | None:
+    """(CPU seconds all processes were busy, CPU seconds of this process), cumulative."""
+    own = os.times()
+    mine = own.user + own.system
+    if psutil is not None:
+        t = psutil.cpu_times()
+        idle = t.idle + sum(getattr(t, f, 0.0) for f in ("iowait", "guest", "guest_nice"))
+        return sum(t) - idle, mine  # (guest time is counted in user time already)
+    try:
+        with open("/proc/stat") as fh:
+            values = [float(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return (sum(values) - values[3] - (values[4] if len(values) > 4 else 0.0)) / tick, mine
+
+
+class FreeCores:
+    """How many of this process's cores other processes left free, since the last :meth:`read`.
+
+    Each :meth:`read` compares the busy CPU time of the whole machine with this process's own
+    since the previous read (the first read samples ``first_sample_s`` seconds): what the others
+    used, in cores, is taken from the cores this process may run on, rounded, at least 1.
+
+    Args:
+        first_sample_s: seconds the first read samples (> 0).
+    """
+
+    def __init__(self, first_sample_s: float = 0.05):
+        if not first_sample_s > 0:
+            raise ValueError(f"first_sample_s must be > 0 seconds, got {first_sample_s!r}")
+        self.first_sample_s = first_sample_s
+        self.cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else (os.cpu_count() or 1))
+        self._last: tuple[float, float, float] | None = None
+
+    def read(self) -> int:
+        """Cores free for this process now (1 ... :attr:`cores`); all of them when the
+        machine's counters cannot be read."""
+        if self._last is None:
+            self._last = self._sample()
+            time.sleep(self.first_sample_s)
+        now, last = self._sample(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return self.cores
+        wall = now[0] - last[0]
+        others = ((now[1] - last[1]) - (now[2] - last[2])) / wall
+        return max(1, min(self.cores, self.cores - round(max(others, 0.0))))
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        busy = _busy_seconds()
+        return None if busy is None else (time.monotonic(), *busy)

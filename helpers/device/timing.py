@@ -4,18 +4,21 @@
 per-call times (on the CPU through ``torch.utils.benchmark.Timer.blocked_autorange``, with the
 threads torch uses outside it). On a GPU, work is asynchronous (a kernel launch returns before the
 kernel finishes), so every timestamp is taken after ``torch.cuda.synchronize()``, which waits for
-all work on the device, Numba's kernels included. Under the Numba CUDA simulator the numbers are returned but flagged as meaningless.
+all work on the device, Numba's kernels included. Under the Numba CUDA simulator the numbers are
+returned but flagged as meaningless. Between timed blocks it calls
+:func:`helpers.device.cancel.check`, so a measuring process can stop it cooperatively.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 import timeit
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from helpers.device import backend
+from helpers.device import backend, cancel
 
 __all__ = ["Timing", "benchmark", "device_label"]
 
@@ -115,6 +118,8 @@ def benchmark(
     warmup: int = 1,
     min_run_time: float = 0.2,
     sync: Callable[[], None] | None = None,
+    min_repeats: int = 2,
+    deadline: float | None = None,
     **kwargs: Any,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)``: warm-up calls, then repeated timed blocks; median per call.
@@ -130,12 +135,18 @@ def benchmark(
             CPU; on ``"cuda"`` blocks of about a tenth of it, :func:`_synced_blocks`); a call
             slower than this is still measured at least twice. > 0.
         sync: overrides how the device is synchronised (for tests and other devices).
+        min_repeats: timed blocks to collect at least (>= 1): more blocks are timed after
+            ``min_run_time`` until there are this many, unless ``deadline`` stops them.
+        deadline: a :func:`time.monotonic` value: no further block is begun when it would end
+            after it (judged from the blocks so far); at least one block is always timed.
 
     Returns:
         A :class:`Timing` with the median, IQR, min and max of the per-call time in seconds.
 
     Raises:
-        ValueError: unknown device, ``warmup < 0`` or ``min_run_time <= 0``.
+        ValueError: unknown device, ``warmup < 0``, ``min_run_time <= 0`` or
+            ``min_repeats < 1``.
+        helpers.device.cancel.Cancelled: the measuring process was asked to stop.
 
     Source: GPU timing after a synchronise, medians over repeats: the study (Section IV) reports
     the mean of 10 iterations; the median is the robust choice for noisy machines.
@@ -145,6 +156,8 @@ def benchmark(
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if not min_run_time > 0:
         raise ValueError(f"min_run_time must be > 0 seconds, got {min_run_time}")
+    if not (isinstance(min_repeats, int) and min_repeats >= 1):
+        raise ValueError(f"min_repeats must be an integer >= 1, got {min_repeats!r}")
     if sync is None:
         sync = _cuda_synchronize if device == "cuda" else (lambda: None)
 
@@ -156,18 +169,31 @@ def benchmark(
         return timeit.default_timer()
 
     for _ in range(warmup):
+        cancel.check()
         call()
     sync()
+    cancel.check()
+
+    def room_for_another(times: list[float], number: int) -> bool:
+        """Whether one more block, as long as the slowest so far, ends before the deadline."""
+        return deadline is None or time.monotonic() + max(times) * number < deadline
+
     if device == "cuda":
         times, number = _synced_blocks(call, sync, min_run_time, warmed=warmup > 0)
+        while len(times) < min_repeats and room_for_another(times, number):
+            cancel.check()
+            times += _synced_blocks(call, sync, 0.0, warmed=True, number=number)[0][-1:]
     else:
         # Timer runs torch on one thread unless told; measure with the threads torch would use
         # outside the timer (the profiler and Numba's parallel loops use every core too).
         timer = _torch_benchmark().Timer(stmt="call()", globals={"call": call},
                                          timer=synced_clock, num_threads=_torch_threads())
-        m = timer.blocked_autorange(min_run_time=min_run_time)
+        m = timer.blocked_autorange(callback=lambda *_: cancel.check(),
+                                    min_run_time=min_run_time)
         times, number = list(m.times), m.number_per_run
-        if len(times) < 2:  # a call slower than min_run_time: measure it once more
+        # a call slower than min_run_time gives one block: time more, for a median and quartiles
+        while len(times) < min_repeats and room_for_another(times, number):
+            cancel.check()
             times += timer.timeit(number=number).times
     return _summarise(label or getattr(fn, "__name__", "call"), dev, times, number,
                       meaningful=(device == "cpu" or backend.timings_meaningful()))
@@ -178,7 +204,7 @@ _GPU_BLOCKS = 10
 
 
 def _synced_blocks(call: Callable[[], None], sync: Callable[[], None], min_run_time: float,
-                   warmed: bool = True) -> tuple[list[float], int]:
+                   warmed: bool = True, number: int | None = None) -> tuple[list[float], int]:
     """Per-call times of blocks of ``number`` calls, each block between two synchronisations,
     until ``min_run_time`` seconds are timed and at least two blocks ran; and ``number``.
 
@@ -187,7 +213,8 @@ def _synced_blocks(call: Callable[[], None], sync: Callable[[], None], min_run_t
     0.01 %: with a device synchronisation (about 10 us) in the timer that makes every block at
     least about 0.1 s, and a measurement up to ~30 times the call; here it costs about
     max(min_run_time, two calls) after the warm-up, and from min_run_time = 0.05 s on a
-    synchronisation is at most 0.2 % of a block."""
+    synchronisation is at most 0.2 % of a block. A ``number`` given skips the probe (one
+    more block of that many calls)."""
 
     def block(number: int) -> float:
         sync()
@@ -197,11 +224,14 @@ def _synced_blocks(call: Callable[[], None], sync: Callable[[], None], min_run_t
         sync()
         return (timeit.default_timer() - start) / number
 
+    if number is not None:
+        return [block(number)], number
     probe = block(1)
     number = max(1, int(min_run_time / _GPU_BLOCKS / max(probe, 1e-9)))
     # a slow call's probe is a block of one already (unless it was the first call of all)
     times = [probe] if number == 1 and warmed else []
     while sum(times) * number < min_run_time or len(times) < 2:
+        cancel.check()
         times.append(block(number))
     return times, number
 

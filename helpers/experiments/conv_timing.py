@@ -12,6 +12,9 @@ Source: Li et al., ICPP 2016, Sections IV-B (Figure 3, runtime) and V-B (Figure 
 
 from __future__ import annotations
 
+import math
+import time
+
 import numpy as np
 import torch
 
@@ -79,7 +82,8 @@ def refusal(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
 def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             min_run_time: float = 0.05, measure_memory: bool = True, budget_s: float = 2.0,
             seed: int = 0, *, deadline: float | None = None,
-            time_limit: float | None = None, keep_times: bool = False) -> dict:
+            time_limit: float | None = None, keep_times: bool = False,
+            min_repeats: int = 2) -> dict:
     """Time one strategy at one configuration, or say why not.
 
     What is timed, and what is not: one warm-up call through :func:`helpers.conv.conv2d` (and
@@ -102,12 +106,18 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
         backward: time forward + backward (the study's Figure 3) instead of forward only.
         min_run_time: seconds of timed calls (:func:`helpers.device.timing.benchmark`, >= 2 calls).
         measure_memory: also measure the call's peak memory (:func:`helpers.device.memory.peak_memory`).
-        budget_s: refuse, without running, a call estimated to take longer (seconds).
+        budget_s: refuse, without running, a call estimated to take longer (seconds); and no
+            timed block is begun that would end more than this after the warm-up began (at
+            least one is timed; the warm-up call pays for compiling, so it is not judged).
         seed: seed of the random float32 inputs.
         deadline: a :func:`time.monotonic` value; once it has passed nothing is run and the
             row's status is :func:`time_limit_status` of ``time_limit`` (seconds, the limit the
-            deadline came from; only for that text). None: no deadline.
-        keep_times: also return ``times_s``, the per-call time of each timed block (seconds).
+            deadline came from; only for that text); before it, no timed block is begun that
+            would end after it (at least one is timed). None: no deadline.
+        keep_times: also return ``times_s``, the per-call time of each timed block (seconds),
+            and ``calls_per_repeat``, the calls in each block.
+        min_repeats: timed blocks to collect at least, deadline permitting
+            (:func:`helpers.device.timing.benchmark`).
 
     Returns:
         dict with ``strategy, family, device`` (the device's name), ``pass``, ``median_ms``,
@@ -164,6 +174,9 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             strat.backward(x, w, dy, cfg, device)
 
     failure = None
+    started = time.monotonic()
+    stop_by = min(deadline if deadline is not None else math.inf,
+                  started + budget_s if math.isfinite(budget_s) else math.inf)
     try:
         x, w, dy = _random_inputs(cfg, backward, seed, device)
         with tf32_mode(False):
@@ -171,7 +184,8 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
             if failure is None:
                 with unpoisoned():
                     t = timing.benchmark(call, device=device, label=strategy, warmup=0,
-                                         min_run_time=min_run_time)
+                                         min_run_time=min_run_time, min_repeats=min_repeats,
+                                         deadline=None if math.isinf(stop_by) else stop_by)
                     if measure_memory:
                         row["peak_bytes"] = memory.peak_memory(call, device=device).peak_bytes
     # any error (torch's, or a Numba CUDA driver error, which is no RuntimeError) fails this
@@ -190,7 +204,7 @@ def measure(cfg: ConvConfig, strategy: str, device: str, backward: bool = True,
     row.update(median_ms=t.median_ms, iqr_ms=t.iqr_s * 1e3,
                gflop_per_s=row["flops"] / t.median_s / 1e9)
     if keep_times:
-        row["times_s"] = t.times_s
+        row["times_s"], row["calls_per_repeat"] = t.times_s, t.calls_per_repeat
     return row
 
 
