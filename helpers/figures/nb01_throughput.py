@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from helpers.figures.style import COLORS, DASHES, color_for, layout, quartile_bars, value
+from helpers.figures.style import (COLORS, DASHES, color_for, layout, quartile_bars,
+                                   timing_note, value)
 
 
 def _groups(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
@@ -68,7 +69,8 @@ def runtime_figure(rows: Sequence[dict], x_title: str = "size",
                          thickness=1),
             name=_trace_name(backend, device, source, dtype),
             line=dict(color=color_for(backend), dash=DASHES.get(source, "solid")),
-            hovertemplate="%{x:,}: %{y:.3g} ms<extra></extra>"))
+            customdata=[timing_note(r, "q1_s", "q3_s") for r in g],
+            hovertemplate="%{x:,}: %{y:.3g} ms<br>%{customdata}<extra></extra>"))
     return layout(fig, title, x_title, "median time per call (ms)")
 
 

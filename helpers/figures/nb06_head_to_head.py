@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from helpers.figures.style import color_for, quartile_bars, value
+from helpers.figures.style import (MIN_TIMED_BLOCKS, color_for, noisy, quartile_bars,
+                                   timing_note, value)
 
 SWEEP_AXES = {"batch": "batch b", "input": "input size i (pixels)", "filters": "filters f",
               "kernel": "kernel size k (pixels)", "stride": "stride s", "table1": "Table I layer"}
@@ -116,20 +117,35 @@ def layer_runtime_figure(rows: list[dict], what: str, layer: str, where: str) ->
     :func:`helpers.experiments.live.conv_point`)."""
     names = [r["strategy"] for r in rows]
     up, down = quartile_bars(rows, "median_ms", "q1_ms", "q3_ms", "iqr_ms")
+    notes = [timing_note(r, "q1_ms", "q3_ms") for r in rows]
+
+    def spread(r: dict, u: float | None, d: float | None) -> str:
+        if u is None:
+            return "no quartiles"
+        return f"quartiles {r['median_ms'] - d:.3g} to {r['median_ms'] + u:.3g} ms"
+
     fig = go.Figure(go.Bar(
         x=names, y=[r["median_ms"] for r in rows], name="median time",
         marker_color=[color_for(n) for n in names],
         error_y=dict(type="data", symmetric=False, array=up, arrayminus=down, visible=True,
                      thickness=1.5),
-        customdata=[[r["median_ms"] - d, r["median_ms"] + u, r["flops"] / 1e9,
-                     r["gflop_per_s"]] for r, u, d in zip(rows, up, down)],
-        hovertemplate=("%{x}: median %{y:.3g} ms (quartiles %{customdata[0]:.3g} to "
-                       "%{customdata[1]:.3g} ms), %{customdata[2]:.3g} GFLOP at "
-                       "%{customdata[3]:.3g} GFLOP/s<extra></extra>")))
+        text=[_short_note(r) for r in rows], textposition="outside",
+        customdata=[[spread(r, u, d), r["flops"] / 1e9, r["gflop_per_s"], note]
+                    for r, u, d, note in zip(rows, up, down, notes)],
+        hovertemplate=("%{x}: median %{y:.3g} ms (%{customdata[0]}), %{customdata[1]:.3g} "
+                       "GFLOP at %{customdata[2]:.3g} GFLOP/s<br>%{customdata[3]}"
+                       "<extra></extra>")))
     fig.update_layout(showlegend=False)
     return _bar_layout(fig, f"Runtime, {what}: {layer}<br><sup>measured on {where}; "
                             f"error bar: first to third quartile of the timed calls</sup>",
                        "median time per call (ms)")
+
+def _short_note(r: dict) -> str:
+    """The label over a bar whose statistics are thin: its number of timed blocks, or noisy."""
+    if r.get("repeats") is not None and r["repeats"] < MIN_TIMED_BLOCKS:
+        return f"{r['repeats']} timed"
+    return "noisy" if noisy(r, "q1_ms", "q3_ms") else ""
+
 
 def layer_memory_figure(rows: list[dict], what: str, layer: str, where: str) -> go.Figure:
     """Measured peak memory beside the analytic workspace (MiB) per strategy on one layer."""

@@ -165,15 +165,19 @@ def list_html(title: str, items: list[str], kind: str = "info") -> str:
 
 
 def quartile_bars(rows: Sequence[dict], median: str, q1: str, q3: str, iqr: str,
-                  scale: float = 1.0) -> tuple[list[float], list[float]]:
+                  scale: float = 1.0) -> tuple[list[float | None], list[float | None]]:
     """(up, down) error-bar lengths from each row's ``median`` to its third and first quartile
     (keys ``q3`` and ``q1``), times ``scale``; never below zero. Rows without quartiles
     (recorded runs keep only the interquartile range, key ``iqr``) get half of it each way,
-    cut at zero time; rows without either get no bar."""
+    cut at zero time; rows without either, and live rows with fewer than
+    :data:`MIN_TIMED_BLOCKS` timed blocks (key ``repeats``), get None: no bar."""
     up, down = [], []
     for r in rows:
         m = float(r[median])
-        if r.get(q1) is not None and r.get(q3) is not None:
+        if r.get("repeats") is not None and r["repeats"] < MIN_TIMED_BLOCKS:
+            up.append(None)
+            down.append(None)
+        elif r.get(q1) is not None and r.get(q3) is not None:
             up.append(max(0.0, float(r[q3]) - m) * scale)
             down.append(max(0.0, m - float(r[q1])) * scale)
         else:
@@ -182,3 +186,35 @@ def quartile_bars(rows: Sequence[dict], median: str, q1: str, q3: str, iqr: str,
             up.append(half * scale)
             down.append(min(half, m) * scale)
     return up, down
+
+
+#: Timed blocks a live point needs for a quartile bar (helpers.experiments.live.MIN_REPEATS).
+MIN_TIMED_BLOCKS = 5
+#: A point whose third quartile is more than this many times its first is flagged noisy.
+NOISY_RATIO = 2.0
+
+
+def timing_note(r: dict, q1: str, q3: str) -> str:
+    """What a live point's statistics rest on, for its hover text and label: how many blocks
+    were timed (and calls in each), "too few for quartiles" under :data:`MIN_TIMED_BLOCKS`,
+    "noisy: the machine is busy" when its quartiles differ more than :data:`NOISY_RATIO`
+    times, and the threads it ran on. "" for rows that do not say (recorded runs)."""
+    blocks = r.get("repeats")
+    if blocks is None:
+        return ""
+    calls = r.get("calls_per_repeat") or 1
+    parts = [f"median of {blocks} timed call{'s' if blocks != 1 else ''}" if calls == 1 else
+             f"median of {blocks} timed blocks of {calls} calls"]
+    if blocks < MIN_TIMED_BLOCKS:
+        parts.append(f"too few for quartiles (under {MIN_TIMED_BLOCKS}): no bar")
+    elif noisy(r, q1, q3):
+        parts.append("noisy: the machine is busy")
+    if r.get("threads"):
+        parts.append(f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}")
+    return "; ".join(parts)
+
+
+def noisy(r: dict, q1: str, q3: str) -> bool:
+    """Whether a row's third quartile exceeds its first by more than :data:`NOISY_RATIO`."""
+    lo, hi = r.get(q1), r.get(q3)
+    return lo is not None and hi is not None and float(hi) > NOISY_RATIO * float(lo)
