@@ -152,11 +152,15 @@ class ConvExplorer(_Explorer):
             raise TypeError(f"worker must be a helpers.device.worker.Worker, got "
                             f"{arguments.shown(worker)}")
         self.worker = worker or measuring_worker()
+        if measure and callable(getattr(self.worker, "start", None)):
+            self.worker.start()  # it imports and warms up while the widgets are built
         self._draw_lock = threading.Lock()
         self._drawn = False
         self.rows: list[dict] = []
         self.seconds = 0.0
         self._held = False
+        #: A strategy killed since the last status line (it ignored a request to stop), or "".
+        self.killed_note = ""
 
         wide = {"description_width": "initial"}
         self.sliders: dict[str, W.IntSlider] = {}
@@ -302,14 +306,20 @@ class ConvExplorer(_Explorer):
         limit = min(self.budget_s, left)
         outcome = self.worker.run(
             "helpers.experiments.live", "conv_point", cfg, name, device, plan.backward,
-            self.min_run_time, self.measure_memory, plan.passes, timeout_s=limit,
+            self.min_run_time, self.measure_memory, plan.passes, limit, timeout_s=limit,
             cancelled=lambda: self._stale(generation))
+        killed = getattr(outcome, "killed", False)
+        if killed:
+            self.killed_note = (f"{name} did not stop when asked, so its measuring process was "
+                                "killed; a warm spare took its place.")
         if outcome.status == "ok":
             return outcome.value, outcome.seconds
         if outcome.status == "did not finish":
             why = ("its budget" if limit == self.budget_s
                    else f"what was left of this update's {self.update_budget_s:g} s")
-            return row(f"did not finish in {limit:.2g} s ({why}): stopped"), outcome.seconds
+            how = (" (it ignored the request to stop: killed after "
+                   f"{getattr(self.worker, 'grace_s', 0):g} s more)" if killed else "")
+            return row(f"did not finish in {limit:.2g} s ({why}): stopped{how}"), outcome.seconds
         if outcome.status == "stopped":
             return None, outcome.seconds
         return row(f"failed: {outcome.error}"), outcome.seconds
@@ -351,7 +361,16 @@ class ConvExplorer(_Explorer):
                         f"{waiting[0]}...")
             else:
                 self.rows = rows
+                threads = sorted({r["threads"] for r in measured if r.get("threads")})
+                cores = (f" on {'/'.join(map(str, threads))} of {self.worker_cores()} cores"
+                         " (the others busy)" if threads and max(threads) < self.worker_cores()
+                         else f" on {threads[0]} cores" if len(threads) == 1 else "")
+                noisy = [r["strategy"] for r in measured if style.noisy(r, "q1_ms", "q3_ms")]
                 text = (f"y: (N, K, P, Q) = {plan.cfg.y_shape}; {len(measured)} of {len(rows)} "
-                        f"strategies measured on {where} in {self.seconds:.1f} s.")
+                        f"strategies measured on {where}{cores} in {self.seconds:.1f} s."
+                        + (f" Noisy (quartiles more than 2x apart: the machine is busy): "
+                           f"{', '.join(noisy)}." if noisy else "")
+                        + (f" Earlier: {self.killed_note}" if self.killed_note else ""))
+                self.killed_note = ""
             self.status.value = style.message_html(text, "info")
             self.body.children = [self.charts, self.notes]

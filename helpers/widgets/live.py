@@ -11,6 +11,7 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 
 import ipywidgets as W
@@ -101,11 +102,13 @@ _WORKER: Worker | None = None
 
 
 def measuring_worker() -> Worker:
-    """The measuring process the explorers of this kernel share (started on first use; its
-    warm-up runs every strategy and backend once: :func:`helpers.experiments.live.warm_up`)."""
+    """The measuring process the explorers of this kernel share: started on first use, its
+    warm-up runs every strategy and backend once (:func:`helpers.experiments.live.warm_up`);
+    once it is ready a warm spare is started, to take the place of one that has to be
+    killed (a call that ignored a request to stop)."""
     global _WORKER
     if _WORKER is None:
-        _WORKER = Worker(warm_up=("helpers.experiments.live", "warm_up"))
+        _WORKER = Worker(warm_up=("helpers.experiments.live", "warm_up"), spare=True)
     return _WORKER
 
 
@@ -155,7 +158,11 @@ class _Explorer:
     made_on = ""
     _generation = 0
     _thread: threading.Thread | None = None
+    _pending: threading.Timer | None = None
     background = False
+    #: Seconds a control must rest before a background update begins: a burst of moves (key
+    #: presses on a slider) is one update, of the last value.
+    debounce_s = 0.15
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """The widget, and for front ends without widgets (the book, notebook viewers) a
@@ -198,6 +205,12 @@ class _Explorer:
 
     # ------------------------------------------------------------- measuring in the background
 
+    @staticmethod
+    def worker_cores() -> int:
+        """The cores the measuring process may run on."""
+        return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else (os.cpu_count() or 1))
+
     def _next_generation(self) -> int:
         """A new update begins: whatever an earlier one still measures is no longer wanted."""
         self._generation += 1
@@ -207,20 +220,40 @@ class _Explorer:
         return generation != self._generation
 
     def _start(self, generation: int, plan) -> None:
-        """Run ``self._measure(generation, plan)`` now, or in a thread when ``background``."""
+        """Run ``self._measure(generation, plan)`` now, or, when ``background``, in a thread
+        that begins once no newer update has come for :attr:`debounce_s` seconds (a newer
+        update makes this one stale at once, which stops a measurement in progress)."""
         if not self.background:
             self._measure(generation, plan)
             return
-        thread = threading.Thread(target=self._measure, args=(generation, plan), daemon=True,
-                                  name="workbook-explorer")
+
+        def begin() -> None:
+            if not self._stale(generation):
+                self._measure(generation, plan)
+
+        thread = threading.Thread(target=begin, daemon=True, name="workbook-explorer")
+        if self._pending is not None:
+            self._pending.cancel()
         self._thread = thread
-        thread.start()
+        pending = threading.Timer(self.debounce_s, thread.start)
+        pending.daemon = True
+        self._pending = pending
+        pending.start()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the measurement in progress has been drawn (at most ``timeout``
+        """Wait until the latest update has been measured and drawn (at most ``timeout``
         seconds); whether it has."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive()
-        return True
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pending, thread = self._pending, self._thread
+            if thread is None:
+                return True
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if pending is not None:
+                pending.join(left)  # then its thread has started, or a newer update replaced it
+            if thread.ident is not None:
+                thread.join(None if end is None else max(0.0, end - time.monotonic()))
+            if self._thread is thread:
+                return thread.ident is not None and not thread.is_alive()
+            if end is not None and time.monotonic() >= end:
+                return False

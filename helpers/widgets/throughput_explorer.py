@@ -111,6 +111,8 @@ class ThroughputExplorer(_Explorer):
                            else throughput.recorded(reference_prefix))
         self.background = in_kernel() if background is None else background
         self.worker = worker or measuring_worker()
+        if measure and callable(getattr(self.worker, "start", None)):
+            self.worker.start()  # it imports and warms up while the widgets are built
         self._draw_lock = threading.Lock()
         self.seconds = 0.0
         wide = {"description_width": "initial"}
@@ -243,7 +245,7 @@ class ThroughputExplorer(_Explorer):
                     limit = min(self.point_budget_s, left)
                     outcome = self.worker.run(
                         "helpers.experiments.live", "throughput_point", *args,
-                        self.min_run_time, timeout_s=limit,
+                        self.min_run_time, limit, timeout_s=limit,
                         cancelled=lambda: self._stale(generation))
                     spent += outcome.seconds
                     if outcome.status == "stopped":
