@@ -122,7 +122,7 @@ ALL_REDUCES = {
     "only the reduce-scatter": (reduce_scatter_only, "max error"),
     "a blocking send before recv on every rank": (ring_with(send_first=True), "deadlock"),
     "one scratch buffer, sent and received into (aliasing)": (
-        ring_with(one_buffer=True), "max error"),
+        ring_with(one_buffer=True), "before the send completed"),
     "chunks of n // W (the remainder dropped)": (ring_with(chunking="n // W"), "max error"),
     "the sum returned, x unchanged": (ring_with(copy_out=True), "every rank's x is unchanged"),
 }
@@ -214,14 +214,15 @@ def test_an_endless_loop_is_stopped():
 
 
 def test_the_fake_comm_is_a_rendezvous():
-    """send returns only when the receiver has taken the message; the data is read when the
-    receiver runs, after the sender's later writes."""
+    """An isend completes only when the receiver has taken the message; a buffer written
+    before then is reported, naming the sender and its isend."""
     log = []
 
-    def fn(x, rank, world, comm):
+    def fn(x, rank, world, comm, write=False):
         if rank == 0:
             work = comm.isend(x, 1)
-            x.fill_(7.0)                           # written before the receiver ran
+            if write:
+                x.fill_(7.0)                       # written before the receiver ran
             log.append(("taken before wait", work.is_completed()))
             work.wait()
             log.append(("taken after wait", work.is_completed()))
@@ -230,10 +231,14 @@ def test_the_fake_comm_is_a_rendezvous():
 
     xs = [torch.zeros(3), torch.ones(3)]
     out = lab9_sim.run_ranks(fn, xs)
-    assert out.deadlock is None and out.errors == [None, None]
-    assert xs[1].tolist() == [7.0, 7.0, 7.0]
+    assert out.deadlock is None and out.errors == [None, None] and out.misuse is None
+    assert xs[1].tolist() == [0.0, 0.0, 0.0]
     assert log == [("taken before wait", False), ("taken after wait", True)]
     assert out.sent == [3, 0] and out.messages == [1, 0]
+    out = lab9_sim.run_ranks(lambda *a: fn(*a, write=True), [torch.zeros(3), torch.ones(3)])
+    assert out.misuse.startswith("rank 0 changed the tensor it had sent to rank 1 with isend "
+                                 "before the send completed"), out.misuse
+    assert "work = comm.isend(x, 1)" in out.misuse
 
 
 def test_the_solution_passes_the_simulation():

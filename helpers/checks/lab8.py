@@ -3,8 +3,9 @@
 One checker per TODO of ``labs/lab8_winograd.ipynb``, each returning a
 :class:`helpers.checks.Report`: :func:`check_f23_matrices` (``() -> (BT (4, 4), G (4, 3),
 AT (2, 4))``, checked by the identity ``y = AT @ ((G @ g) * (BT @ d))``, not against one set
-of matrices), :func:`check_winograd_1d` (``d: (n,)``, ``g: (3,)`` -> ``(n - 2,)``),
-:func:`check_winograd_tile_2d` (``d: (4, 4)``, ``g: (3, 3)`` -> ``(2, 2)``) and
+of matrices), :func:`check_winograd_1d` (``d: (n,)``, ``g: (3,)``, ``mats`` -> ``(n - 2,)``)
+and :func:`check_winograd_tile_2d` (``d: (4, 4)``, ``g: (3, 3)``, ``mats`` -> ``(2, 2)``),
+both probed with other valid and with wrong matrices ``mats = (BT, G, AT)``, and
 :func:`check_multiply_counts` (``(m, r) -> (direct, winograd)`` multiplies of one m x m tile).
 :func:`tile_transforms` gives the lab F(m, 3) up to m = 6. Cross-correlation throughout, as CNN
 libraries compute it: ``y[i] = sum_r d[i + r] g[r]`` (``np.correlate(d, g, "valid")``); float64.
@@ -15,15 +16,17 @@ the study (Li et al., ICPP 2016), whose strategies are direct, unrolling and FFT
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from helpers.checks import Case, Report, WrongResult, check_cases, compare
 from helpers.conv import winograd
 from helpers.conv.check import reference
 
-__all__ = ["F23_SHAPES", "F23_TOLERANCE", "SIGNAL_LENGTHS", "COUNT_CASES", "model_counts",
-           "tile_transforms", "check_f23_matrices", "check_winograd_1d",
-           "check_winograd_tile_2d", "check_multiply_counts"]
+__all__ = ["F23_SHAPES", "F23_TOLERANCE", "SIGNAL_LENGTHS", "COUNT_CASES", "NOT_USING",
+           "model_counts", "tile_transforms", "probe_matrices", "check_f23_matrices",
+           "check_winograd_1d", "check_winograd_tile_2d", "check_multiply_counts"]
 
 #: The shapes of (BT, G, AT) for F(2, 3): 4 products (the multiplies) from 4 inputs, 3 taps, 2
 #: outputs.
@@ -35,6 +38,10 @@ F23_TOLERANCE = 1e-12
 SIGNAL_LENGTHS = (3, 4, 5, 8, 11, 64)
 #: (m, r) of TODO 4: F(2x2, 3x3), F(4x4, 3x3), F(6x6, 3x3), a 5 x 5 filter, a 2 x 2 filter.
 COUNT_CASES = ((2, 3), (4, 3), (6, 3), (2, 5), (3, 2))
+
+#: The verdict on a TODO 2 or 3 answer whose output does not change with wrong matrices.
+NOT_USING = ("your function gives the same output when the transform matrices are wrong: it is "
+             "not using them — compute the output via the Winograd transforms")
 
 _SHAPE_HINT = ("BT (4, 4): four combinations of the 4 inputs; G (4, 3): four combinations of "
                "the 3 taps; AT (2, 4): the 2 outputs from the 4 products.")
@@ -62,6 +69,43 @@ def tile_transforms(m: int, r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndar
         ValueError: as :func:`helpers.conv.winograd.transforms`.
     """
     return tuple(a.copy() for a in winograd.transforms(m, r))
+
+
+def _toom_cook_f23(points) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(BT, G, AT) of F(2, 3) from three finite points and infinity, float64 (as
+    :func:`helpers.conv.winograd.transforms` builds them, with other points)."""
+    v = np.array([[p ** j for j in range(4)] for p in points] + [[0, 0, 0, 1]], float)
+    g = np.array([[p ** j for j in range(3)] for p in points] + [[0, 0, 1]], float)
+    at = np.array([[p ** j for j in range(2)] for p in points] + [[0, 1]], float).T
+    return np.linalg.inv(v).T, g, at
+
+
+def probe_matrices() -> dict[str, list[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]]:
+    """The matrices ``mats = (BT (4, 4), G (4, 3), AT (2, 4))``, float64, with which TODOs 2
+    and 3 are called: ``"workbook"``, the workbook's F(2, 3) (points 0, 1, -1, infinity);
+    ``"valid"``, two other sets that compute the same cross-correlation (the four products
+    reordered and rescaled by powers of 2, exactly; the points 0, 2, -2 and infinity);
+    ``"wrong"``, three sets with one matrix changed (one row doubled), each changing every
+    case's answer. Each as ``(description, mats)``; fresh copies on every call.
+    Source: Lavin and Gray, CVPR 2016 (the matrices are not unique)."""
+    at, g, bt = tile_transforms(2)                          # copies: transforms caches them
+    order = [2, 0, 3, 1]                                   # the products reordered
+    s, t = np.array([2.0, -0.5, 4.0, 0.25]), np.array([-1.0, 2.0, 0.5, 4.0])
+    scaled = (bt[order] * t[:, None], g[order] * s[:, None], at[:, order] / (s * t))
+
+    def doubled(i: int, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        mats = [bt.copy(), g.copy(), at.copy()]
+        mats[i][row] *= 2
+        return tuple(mats)
+
+    return {"workbook": [("the workbook's F(2, 3) matrices", (bt, g, at))],
+            "valid": [("the four products reordered and rescaled: rows of BT and G times "
+                       "powers of 2, the columns of AT divided back", scaled),
+                      ("the matrices of the points 0, 2, -2 and infinity",
+                       _toom_cook_f23((0.0, 2.0, -2.0)))],
+            "wrong": [("BT with its second row doubled", doubled(0, 1)),
+                      ("G with its third row doubled", doubled(1, 2)),
+                      ("AT with its first row doubled", doubled(2, 0))]}
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -93,6 +137,86 @@ def _guarded(expected: np.ndarray, flipped: np.ndarray, *inputs: np.ndarray) -> 
     assert compare(flipped, expected, F23_TOLERANCE) is not None, "convolution would pass"
     for a in inputs:
         assert a.shape != expected.shape or not np.allclose(a, expected), "answer is an input"
+
+
+def _tiled_1d(d: np.ndarray, g: np.ndarray, mats) -> np.ndarray:
+    """F(2, 3) tiles over d (n,) with ``mats = (BT, G, AT)``, the last tile zero-padded."""
+    bt, gm, at = mats
+    n = len(d)
+    tiles = -(-(n - 2) // 2)
+    dp = np.zeros(2 * tiles + 2)
+    dp[:n] = d
+    return np.concatenate([at @ ((gm @ g) * (bt @ dp[2 * t:2 * t + 4]))
+                           for t in range(tiles)])[:n - 2]
+
+
+def _nested_2d(d: np.ndarray, g: np.ndarray, mats) -> np.ndarray:
+    """F(2x2, 3x3) on one tile with ``mats = (BT, G, AT)``."""
+    bt, gm, at = mats
+    return at @ ((gm @ g @ gm.T) * (bt @ d @ bt.T)) @ at.T
+
+
+def _probes_tell(expected: np.ndarray, winograd_with) -> None:
+    """A case must give its answer with every valid set of :func:`probe_matrices`, and a
+    clearly different one (by more than 1e-3 of the largest output) with every wrong set."""
+    sets = probe_matrices()
+    for what, mats in sets["workbook"] + sets["valid"]:
+        assert compare(winograd_with(mats), expected, F23_TOLERANCE) is None, what
+    for what, mats in sets["wrong"]:
+        assert compare(winograd_with(mats), expected, 1e-3) is not None, what
+
+
+def _takes_matrices(fn, call: str) -> None:
+    """WrongResult unless ``fn`` can be called as ``fn(d, g, mats)``."""
+    try:
+        inspect.signature(fn).bind(None, None, None)
+    except TypeError:
+        raise WrongResult(
+            f"your function cannot be called as {call}: the check passes the transforms as a "
+            "third argument, mats = (BT, G, AT)",
+            hint=f"start from the stub's first two lines: `def {call.split('(')[0]}(d, g, "
+                 "mats=None):` and `BT, G, AT = f23_matrices() if mats is None else mats`."
+        ) from None
+    except ValueError:          # no signature to read (a builtin): let the call decide
+        pass
+
+
+def _probe(fn, call: str, d: np.ndarray, g: np.ndarray, expected: np.ndarray,
+           flipped: np.ndarray):
+    """Call ``fn(d, g, mats)`` with every set of :func:`probe_matrices` and return its output
+    with the workbook's matrices (for :func:`check_cases` to compare). WrongResult for a
+    convolution, for an output right with the workbook's matrices but not with another valid
+    set, and for one that stays right with a wrong set (:data:`NOT_USING`)."""
+    _takes_matrices(fn, call)
+    sets = probe_matrices()
+
+    def fresh(mats):            # a learner's in-place edit of one call's matrices stays there
+        return tuple(a.copy() for a in mats)
+
+    y = fn(d.copy(), g.copy(), fresh(sets["workbook"][0][1]))
+    _not_convolution(y, expected, flipped, "your result")
+    if compare(y, expected, F23_TOLERANCE) is not None:
+        return y
+    for what, mats in sets["valid"]:
+        problem = compare(fn(d.copy(), g.copy(), fresh(mats)), expected, F23_TOLERANCE)
+        if problem:
+            raise WrongResult(
+                f"with the workbook's F(2, 3) matrices your result is right, but with another "
+                f"valid set ({what}), which gives the same y, it is not: {problem}",
+                hint="compute with all three matrices you are given (BT, G, AT = mats), not "
+                     "with entries of your own: any BT, G, AT that satisfy the identity must "
+                     "give the same output.")
+    for what, mats in sets["wrong"]:
+        if compare(fn(d.copy(), g.copy(), fresh(mats)), expected, F23_TOLERANCE) is None:
+            raise WrongResult(
+                f"{NOT_USING} (the check passed {what}, which changes the right answer; your "
+                "output stayed the same)",
+                hint="take the matrices from the argument, `BT, G, AT = f23_matrices() if mats "
+                     "is None else mats`, and compute the output from them: transform the "
+                     "filter and the input, multiply elementwise, transform back. A direct "
+                     "sum over the filter's taps, or np.correlate, gives the right numbers "
+                     "without Winograd's method.")
+    return y
 
 
 def _matrices(result) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,6 +300,7 @@ def _signal_cases() -> list[Case]:
         d, g = rng.standard_normal(n), rng.standard_normal(3)
         expected = np.correlate(d, g, "valid")
         _guarded(expected, np.convolve(d, g, "valid"), d, g)
+        _probes_tell(expected, lambda mats: _tiled_1d(d, g, mats))
         tiles = -(-(n - 2) // 2)
         last = "the last tile padded with one zero" if (n - 2) % 2 else "no padding"
         cases.append(Case((d, g), expected, f"n = {n}: d (n,) = ({n},), g (3,), output "
@@ -202,6 +327,7 @@ def _tile_cases() -> list[Case]:
         _guarded(expected, _correlate_2d(d, g[::-1, ::-1].copy()), d, g)
         for other in (_correlate_2d(d.T.copy(), g), _correlate_2d(d, g.T.copy())):
             assert compare(other, expected, F23_TOLERANCE) is not None, "a transpose passes"
+        _probes_tell(expected, lambda mats: _nested_2d(d, g, mats))
         cases.append(Case((d, g), expected, f"tile d (4, 4) and filter g (3, 3), {kind} "
                           f"(case {k + 1} of 6)", F23_TOLERANCE))
     return cases
@@ -211,6 +337,35 @@ def _count_cases() -> list[Case]:
     return [Case((m, r), np.array(model_counts(m, r), dtype=np.float64),
                  f"m = {m}, r = {r}: one {m} x {m} output tile, a {r} x {r} filter, input tile "
                  f"{m + r - 1} x {m + r - 1}", 1e-12) for m, r in COUNT_CASES]
+
+
+def _count(value) -> int | None:
+    """``value`` as an int if it is a whole number (an int, or a float such as 36.0)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
+def _judge_counts(result, m: int, r: int) -> np.ndarray:
+    """``result`` as an array if it is ``model_counts(m, r)``; else WrongResult in counts:
+    not a pair, not whole numbers, the pair swapped, or which count differs, by how many."""
+    want = model_counts(m, r)
+    if not isinstance(result, (tuple, list, np.ndarray)) or len(result) != 2:
+        raise WrongResult(f"multiply_counts({m}, {r}) returned {result!r}: expected a pair of "
+                          "counts, (direct, winograd)", hint="end with `return direct, winograd`.")
+    got = [_count(v) for v in result]
+    for which, value, count in zip(("direct", "Winograd"), result, got):
+        if count is None:
+            raise WrongResult(f"your {which} count is {value!r}: a number of multiplications "
+                              "is a whole number")
+    if got != list(want) and got == list(want[::-1]):
+        raise WrongResult(f"you return ({got[0]}, {got[1]}): the pair is swapped, expected "
+                          f"(direct, winograd) = {want}")
+    for which, count, expected in zip(("direct", "Winograd"), got, want):
+        if count != expected:
+            raise WrongResult(f"{which}: you count {count} multiplications, expected "
+                              f"{expected}")
+    return np.array(got, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------- checkers
@@ -250,25 +405,27 @@ def check_f23_matrices(fn) -> Report:
 
 
 def check_winograd_1d(fn) -> Report:
-    """Check ``fn(d, g) -> y``, a whole 1-D valid cross-correlation by F(2, 3) tiles.
+    """Check ``fn(d, g, mats) -> y``, a whole 1-D valid cross-correlation by F(2, 3) tiles.
 
     Args:
-        fn: the learner's function. ``d``: (n,) float64, n >= 3; ``g``: (3,) float64. It must
-            return ``y``: (n - 2,), ``y[i] = sum_r d[i + r] g[r]``.
+        fn: the learner's function. ``d``: (n,) float64, n >= 3; ``g``: (3,) float64;
+            ``mats``: ``(BT (4, 4), G (4, 3), AT (2, 4))`` float64, the transforms to compute
+            with. It must return ``y``: (n - 2,), ``y[i] = sum_r d[i + r] g[r]``.
 
     Returns:
         A :class:`Report` over n in :data:`SIGNAL_LENGTHS` (fixed seed), against
         ``np.correlate(d, g, "valid")`` in float64 within :data:`F23_TOLERANCE`: one tile
         (n = 3, padded; n = 4), an odd number of outputs whose last tile needs a zero (5, 11),
-        and many tiles (64). A convolution (the filter flipped) is named as such; an index
-        error from an unpadded last tile is reported as the learner's error, with its line.
-        Never raises for what ``fn`` does.
+        and many tiles (64). Each case is run with every set of :func:`probe_matrices`: the
+        workbook's and the other valid sets must give the answer, the wrong sets must change
+        it, so a method that ignores the matrices (direct sums, ``np.correlate``) fails with
+        :data:`NOT_USING`. A function that takes no ``mats``, and a convolution (the filter
+        flipped), are named as such; an index error from an unpadded last tile is reported as
+        the learner's error, with its line. Never raises for what ``fn`` does.
     """
     def run(d, g):
-        y = fn(d.copy(), g.copy())
-        _not_convolution(y, np.correlate(d, g, "valid"), np.convolve(d, g, "valid"),
-                         "your result")
-        return y
+        return _probe(fn, "winograd_1d(d, g, mats)", d, g, np.correlate(d, g, "valid"),
+                      np.convolve(d, g, "valid"))
 
     return check_cases(
         "Lab 8, TODO 2: 1-D cross-correlation by F(2, 3) tiles", run, _signal_cases(),
@@ -278,24 +435,25 @@ def check_winograd_1d(fn) -> Report:
 
 
 def check_winograd_tile_2d(fn) -> Report:
-    """Check ``fn(d, g) -> Y``, F(2x2, 3x3) on one tile: ``AT [(G g G^T) * (BT d B)] A``.
+    """Check ``fn(d, g, mats) -> Y``, F(2x2, 3x3) on one tile: ``AT [(G g G^T) * (BT d B)] A``.
 
     Args:
         fn: the learner's function. ``d``: (4, 4) float64 input tile; ``g``: (3, 3) float64
-            filter. It must return ``Y``: (2, 2), ``Y[i, j] = sum_{r, s} d[i + r, j + s]
+            filter; ``mats``: ``(BT (4, 4), G (4, 3), AT (2, 4))`` float64, the transforms to
+            compute with. It must return ``Y``: (2, 2), ``Y[i, j] = sum_{r, s} d[i + r, j + s]
             g[r, s]``.
 
     Returns:
         A :class:`Report` over 6 cases (one of integers, five random normal, fixed seed; none
         symmetric, so a transposed tile or filter fails), against torch's ``conv2d`` in float64
-        (:func:`helpers.conv.check.reference`) within :data:`F23_TOLERANCE`; a convolution
-        (the filter flipped) is named. Never raises for what ``fn`` does.
+        (:func:`helpers.conv.check.reference`) within :data:`F23_TOLERANCE`, each run with
+        every set of :func:`probe_matrices` as in :func:`check_winograd_1d` (a direct method
+        fails with :data:`NOT_USING`); a convolution (the filter flipped) is named. Never
+        raises for what ``fn`` does.
     """
     def run(d, g):
-        y = fn(d.copy(), g.copy())
-        _not_convolution(y, _correlate_2d(d, g), _correlate_2d(d, g[::-1, ::-1].copy()),
-                         "your result")
-        return y
+        return _probe(fn, "winograd_tile_2d(d, g, mats)", d, g, _correlate_2d(d, g),
+                      _correlate_2d(d, g[::-1, ::-1].copy()))
 
     return check_cases(
         "Lab 8, TODO 3: F(2x2, 3x3) on one 4 x 4 tile", run, _tile_cases(),
@@ -312,10 +470,12 @@ def check_multiply_counts(fn) -> Report:
             ``m*m*r*r`` and Winograd F(m x m, r x r) ``(m + r - 1)**2``, as a pair of numbers.
 
     Returns:
-        A :class:`Report` over :data:`COUNT_CASES` (exact up to 1e-12); never raises for what
-        ``fn`` does.
+        A :class:`Report` over :data:`COUNT_CASES`: the counts must be whole numbers equal to
+        :func:`model_counts`; a failure says it in counts ("you count 12 multiplications,
+        expected 36"), and names a swapped pair. Never raises for what ``fn`` does.
     """
     return check_cases(
-        "Lab 8, TODO 4: multiplies of direct and Winograd per output tile", fn, _count_cases(),
+        "Lab 8, TODO 4: multiplies of direct and Winograd per output tile",
+        (lambda m, r: _judge_counts(fn(m, r), m, r)) if callable(fn) else fn, _count_cases(),
         hint="count in 2-D: direct, each of the m*m outputs takes r*r multiplies; Winograd, "
              "one multiply per element of the transformed (m + r - 1) x (m + r - 1) tile.")

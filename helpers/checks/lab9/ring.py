@@ -280,6 +280,12 @@ def _sim_problem(fn, world: int, n: int, turn_timeout_s: float):
                 text += ("\nHint: call comm.isend and comm.recv, not dist.isend: the check "
                          "passes its own comm (in the real run, comm is torch.distributed).")
             return "error", text
+    if out.misuse:
+        return "failed", (
+            f"{out.misuse}.\nHint: keep the work that comm.isend (or comm.irecv) returns and "
+            "call work.wait() before the buffer is written, received into or sent again, and "
+            "before the function returns: isend, recv, then wait. Until wait() returns the "
+            "transport may still read the buffer (or, for irecv, not have written it yet).")
     if out.deadlock:
         return "failed", (
             f"deadlock: every rank waits for another and none can go on: {out.deadlock}.\n"
@@ -322,7 +328,8 @@ def check_ring_all_reduce(fn, *, real: bool = True, real_timeout_s: float = 30.0
 
     Args:
         fn: the learner's ring all-reduce. ``x``: (n,) float32; ``comm`` offers
-            ``isend(tensor, dst)`` (a work with ``wait()``), ``send`` and ``recv(tensor, src)``.
+            ``isend(tensor, dst)`` and ``irecv(tensor, src)`` (each a work with ``wait()``),
+            ``send`` and ``recv(tensor, src)``.
         real: also run it on real gloo processes when the simulated cases pass.
         real_timeout_s: seconds a real group may run once its processes have joined (their
             start-up has a limit of its own). turn_timeout_s: seconds one simulated
@@ -331,8 +338,9 @@ def check_ring_all_reduce(fn, *, real: bool = True, real_timeout_s: float = 30.0
     Returns:
         A :class:`Report`. First, for W in :data:`SIM_WORLDS` and n in :data:`SIZES`, W
         simulated ranks (:func:`helpers.checks.lab9.sim.run_ranks`): a raised exception, a
-        deadlock (where each rank waits), every rank's x against the float64 sum of the
-        inputs (relative tolerance 1e-5) and the ring's bandwidth (in all 2(W - 1) n elements
+        misuse of the calls (a buffer written before its send completed, an isend or irecv
+        never waited for), a deadlock (where each rank waits), every rank's x against the
+        float64 sum of the inputs (relative tolerance 1e-5) and the ring's bandwidth (in all 2(W - 1) n elements
         sent, no rank above 2n minus two smallest chunks: :func:`ring_elements`). Then the
         learner's source on gloo, W in :data:`REAL_WORLDS` (:func:`.real.run_on_gloo`)
         against ``dist.all_reduce``; where gloo cannot start, the report says so and stays
