@@ -20,6 +20,7 @@ import pytest
 
 from helpers.checks import lab5
 
+MIB = 2**20
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 
@@ -32,7 +33,8 @@ def pick(rows, budget_bytes):
                   for i, row in enumerate(rows)
                   if row["status"] == "ok" and row["median_ms"] is not None
                   and row["workspace_bytes"] is not None
-                  and row["tensor_bytes"] + row["workspace_bytes"] <= budget_bytes]
+                  and (budget_bytes is None      # None, and only None, is no limit
+                       or row["tensor_bytes"] + row["workspace_bytes"] <= budget_bytes)]
     if not candidates:
         return None
     return min(candidates)[3]
@@ -45,6 +47,8 @@ def fits(row, budget, strict=False, unknown_fits=False, tensors=True):
     ws = row["workspace_bytes"]
     if ws is None:
         return unknown_fits
+    if budget is None:
+        return True
     need = ws + (row["tensor_bytes"] if tensors else 0)
     return need < budget if strict else need <= budget
 
@@ -135,7 +139,7 @@ def fits_with(status_ok, need=footprint, workspace_known=lambda r: r["workspace_
               is not None):
     def keep(r, budget):
         return (status_ok(r["status"]) and r["median_ms"] is not None and workspace_known(r)
-                and need(r) <= budget)
+                and (budget is None or need(r) <= budget))
     return keep
 
 
@@ -184,6 +188,13 @@ READINGS = {
     "ties to the last row (max with reversed keys)": best_by(
         lambda i, r: (-r["median_ms"], -footprint(r), i), ties=max),
     "the footprint first, then the time": best_by(lambda i, r: (footprint(r), r["median_ms"], i)),
+    # rule 1: the budget itself
+    "a budget of 0 read as no limit (a truthiness test)": lambda rows, budget_bytes: pick(
+        rows, budget_bytes or None),
+    "a budget of None (no limit) not handled": lambda rows, budget_bytes: pick(
+        rows, budget_bytes) if budget_bytes is not None else min(
+        (r["tensor_bytes"] + r["workspace_bytes"] <= budget_bytes and r["strategy"]
+         for r in rows if r["status"] == "ok" and r["workspace_bytes"] is not None)),
     # rule 4: nothing fits
     "raises ValueError when nothing fits": raises_when_nothing_fits,
     "an empty string when nothing fits": lambda rows, budget_bytes: pick(rows, budget_bytes) or "",
@@ -282,6 +293,8 @@ CAUGHT_BY = {
     "first fitting row (right only when sorted)": "the fastest, not the smallest",
     "rows sorted in place": "three strategies, all fit",
     "raises ValueError when nothing fits": "nothing fits",
+    "a budget of 0 read as no limit (a truthiness test)": "a budget of 0 bytes",
+    "a budget of None (no limit) not handled": "budget_bytes None: no limit",
 }
 
 
@@ -298,6 +311,31 @@ def test_ties_by_name_would_pass_without_the_tie_cases_in_other_orders():
     differs = [c.title for c in lab5.pick_cases()
                if alphabetical([dict(r) for r in c.rows], c.budget_bytes) != c.expected]
     assert differs and all("tie" in title for title in differs), differs
+
+
+def test_a_budget_of_zero_fits_nothing_and_only_none_is_no_limit():
+    """0 is a budget (nothing fits in it); None, and only None, means no limit: a pick that
+    reads 0 as no limit fails on the case built for it, and one that cannot take None is told
+    what None means."""
+    zero = next(c for c in lab5.pick_cases() if c.budget_bytes == 0)
+    assert zero.expected is None and pick(zero.rows, None) is not None
+    free = next(c for c in lab5.pick_cases() if c.budget_bytes is None)
+    assert free.expected == "fft"
+    assert lab5.reference_pick(free.rows, 64 * MIB) != free.expected   # a limit changes it
+    report = lab5.check_pick(PLANTED["a budget of 0 read as no limit (a truthiness test)"])
+    assert report.status == "failed" and "expected None, got 'im2col-gemm'" in report.message
+    assert "budget 0 MiB" in report.message and "a budget of 0 fits nothing" in report.message
+    report = lab5.check_pick(PLANTED["a budget of None (no limit) not handled"])
+    assert report.status == "error" and "TypeError" in report.message
+    assert "budget None (no limit)" in report.message
+    assert "budget_bytes None means no limit (rule 1)" in report.message
+    assert "only None means no limit" in lab5.RULES.replace("\n   ", " ")
+
+
+@pytest.mark.parametrize("budget", [-1, True, "1 GiB", float("nan")])
+def test_the_reference_refuses_a_budget_that_is_not_bytes(budget):
+    with pytest.raises(ValueError, match="budget_bytes"):
+        lab5.reference_pick([], budget)
 
 
 def test_the_failure_shows_the_rows_and_the_budget():

@@ -6,9 +6,11 @@ empty or missing trailing chunk), an off-by-one stop, the larger chunks last, no
 chunks than images, an error that does not name ``chunks``, an assert instead of a ValueError;
 for the schedule, one wrong model per rule of ``lab7.RULES`` (stream order ignored, engines not
 exclusive, one copy engine used as two, FIFO ignored, everything serial, a stream per chunk,
-pageable treated as pinned, durations read in the wrong order, two copy engines used as one, the
-issue order ignored), each failing with the hint of its own rule; for the chunk count, the
-overhead ignored, ties to the most chunks, the last count never tried, the makespan misread.
+pageable treated as pinned, pageable read as "everything serialises" or as "only a copy in
+blocks the host", durations read in the wrong order, two copy engines used as one, the issue
+order ignored), each failing with the hint of its own rule; for the chunk count, the overhead
+ignored, ties to the most chunks, ties compared without the round-off tolerance, the last count
+never tried, the makespan misread.
 """
 
 from __future__ import annotations
@@ -44,18 +46,17 @@ def schedule(durations, streams, copy_engines, order, pinned):
     else:                                    # breadth-first
         issued = [(i, k) for k in range(3) for i in range(n)]
     engine_free, stream_free = {}, {}        # when each engine / stream is next free (ms)
-    previous_end = 0.0                       # end of the operation issued just before
+    host_free = 0.0                          # pageable: the end of the last copy issued
     ops = []
     for i, k in issued:
         op = ops_of_chunk[k]
         engine = "compute" if op == "compute" else ("copy" if copy_engines == 1 else op)
         stream = i % streams
-        if pinned:
-            start = max(engine_free.get(engine, 0.0), stream_free.get(stream, 0.0))
-        else:
-            start = previous_end
+        start = max(engine_free.get(engine, 0.0), stream_free.get(stream, 0.0), host_free)
         end = start + durations[i][k]
-        engine_free[engine] = stream_free[stream] = previous_end = end
+        engine_free[engine] = stream_free[stream] = end
+        if not pinned and op != "compute":
+            host_free = end                  # the host is blocked in the copy until it ends
         ops.append({"chunk": i, "op": op, "start_ms": start, "end_ms": end})
     return ops
 
@@ -141,7 +142,7 @@ BOUNDS_MISTAKES = {
 
 def model(stream_order=True, exclusive=True, engines_as=None, fifo=True, serial=False,
           stream_of=None, pageable_rule=True, duration_index=(0, 1, 2), order_as=None,
-          combine=max):
+          combine=max, pageable_serial=False, blocking=("h2d", "d2h")):
     """A schedule with one rule of lab7.RULES misread; the defaults are the rules.
 
     stream_order: False starts an operation without waiting for its stream.
@@ -152,6 +153,9 @@ def model(stream_order=True, exclusive=True, engines_as=None, fifo=True, serial=
     serial: True makes every operation wait for the one issued before (one stream).
     stream_of: stream of chunk i (default i % streams).
     pageable_rule: False treats pageable memory as pinned.
+    pageable_serial: True reads rule 5 as "everything serialises" (each operation waits for
+    the one issued before it), not "a copy blocks the host".
+    blocking: the operations that block the host with pageable memory (rule 5: both copies).
     duration_index: which entry of durations[i] each op reads.
     order_as: an issue order used instead of the given one.
     combine: how the engine's and the stream's free times give the start (max: the rule).
@@ -161,7 +165,8 @@ def model(stream_order=True, exclusive=True, engines_as=None, fifo=True, serial=
         engines = engines_as or copy_engines
         issued = lab7.issue_order(n, order_as or order)
         stream = stream_of or (lambda i, s: i % s)
-        serial_here = serial or (not pinned and pageable_rule)
+        serial_here = serial or (not pinned and pageable_rule and pageable_serial)
+        host_blocks = not pinned and pageable_rule and not pageable_serial
 
         def dur(key):
             return durations[key[0]][duration_index[lab7.OPS.index(key[1])]]
@@ -169,19 +174,27 @@ def model(stream_order=True, exclusive=True, engines_as=None, fifo=True, serial=
         def engine(key):
             return lab7.engine_of(key[1], engines)
 
-        waits = {}
-        last = {}
+        waits, host = {}, {}
+        last, copy = {}, None
         for k, key in enumerate(issued):
             s = stream(key[0], streams)
             waits[key] = (issued[k - 1] if k else None) if serial_here else last.get(s)
+            host[key] = copy
             last[s] = key
+            if host_blocks and key[1] in blocking:
+                copy = key
         times = {}
+
+        def host_free(key):
+            return times[host[key]][1] if host[key] else 0.0
+
         if fifo:
             free = {}
             for key in issued:
                 before = waits[key]
-                start = combine(free.get(engine(key), 0.0) if exclusive else 0.0,
-                                times[before][1] if before and stream_order else 0.0)
+                start = max(host_free(key), combine(
+                    free.get(engine(key), 0.0) if exclusive else 0.0,
+                    times[before][1] if before and stream_order else 0.0))
                 times[key] = (start, start + dur(key))
                 free[engine(key)] = start + dur(key)
         else:
@@ -190,8 +203,9 @@ def model(stream_order=True, exclusive=True, engines_as=None, fifo=True, serial=
                 options = []
                 for k, key in enumerate(left):
                     before = waits[key]
-                    if before is None or before in times:
-                        start = max(free.get(engine(key), 0.0),
+                    if (before is None or before in times) and (not host[key]
+                                                                 or host[key] in times):
+                        start = max(free.get(engine(key), 0.0), host_free(key),
                                     times[before][1] if before else 0.0)
                         options.append((start, k, key))
                 start, k, key = min(options)
@@ -212,6 +226,9 @@ SCHEDULE_MISTAKES = {
     "streams ignored: everything serial": (model(serial=True), "one stream for everything"),
     "a stream per chunk (stream = chunk)": (model(stream_of=lambda i, s: i), "i % streams"),
     "pageable treated as pinned": (model(pageable_rule=False), "pageable"),
+    "pageable: everything serialises (computes block the host too)": (
+        model(pageable_serial=True), "only the copies block the host"),
+    "pageable: only a copy in blocks the host": (model(blocking=("h2d",)), "rule 5"),
     "durations read as (h2d, d2h, compute)": (model(duration_index=(0, 2, 1)), "own duration"),
     "two copy engines used as one": (model(engines_as=1), "copy_engines = 2"),
     "issue order ignored (always depth-first)": (model(order_as="depth-first"),
@@ -236,7 +253,7 @@ SCHEDULE_MISTAKES = {
 # ---------------------------------------------------------- planted mistakes: chunk count
 
 
-def best_by(overhead=True, ties_to_most=False, last=0, span=max):
+def best_by(overhead=True, ties_to_most=False, last=0, span=max, strict=False):
     def run(h2d_ms, compute_ms, d2h_ms, streams, copy_engines, overhead_ms, max_chunks):
         o = overhead_ms if overhead else 0.0
         best = None
@@ -244,7 +261,8 @@ def best_by(overhead=True, ties_to_most=False, last=0, span=max):
             each = (h2d_ms / c + o, compute_ms / c + o, d2h_ms / c + o)
             ops = schedule([each] * c, streams, copy_engines, "depth-first", True)
             m = span(op["end_ms"] for op in ops)
-            if best is None or (m <= best[1] + 1e-6 if ties_to_most else m < best[1] - 1e-6):
+            if best is None or (m <= best[1] + 1e-6 if ties_to_most
+                                else m < best[1] if strict else m < best[1] - 1e-6):
                 best = (c, m)
         return best
     return run
@@ -253,6 +271,8 @@ def best_by(overhead=True, ties_to_most=False, last=0, span=max):
 BEST_MISTAKES = {
     "overhead ignored": (best_by(overhead=False), "every operation pays overhead_ms"),
     "ties to the most chunks": (best_by(ties_to_most=True), "ties go to the fewest chunks"),
+    "ties compared strictly (span < best, no tolerance)": (best_by(strict=True),
+                                                           "span < best - 1e-6"),
     "max_chunks never tried": (best_by(last=1), "for each c in 1..max_chunks"),
     "the makespan as the sum of ends": (best_by(span=sum), ""),
     "always max_chunks": (lambda h, c, d, s, e, o, m: (m, 0.0), ""),

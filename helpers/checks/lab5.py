@@ -43,6 +43,8 @@ RULES = """\
    at the same time as the workspace, so both count. A candidate fits when its footprint is at
    most ``budget_bytes`` (equal fits). A row with ``workspace_bytes`` None (torch's own
    convolution: its workspace is the library's choice) cannot be shown to fit.
+   ``budget_bytes`` is a number of bytes or None; only None means no limit (every
+   candidate fits). A budget of 0 is a budget like any other: nothing fits in 0 bytes.
 2. The fastest candidate that fits (smallest ``median_ms``) wins; return its ``strategy``.
 3. Ties in ``median_ms``: the smaller footprint wins; still tied: the row that comes first
    in ``rows``.
@@ -59,7 +61,7 @@ class PickCase:
 
     title: str
     rows: list[dict]
-    budget_bytes: int
+    budget_bytes: int | None
     expected: str | None
 
 
@@ -73,24 +75,38 @@ def _row(strategy: str, median_ms: float | None, workspace_bytes: int | None,
             "peak_bytes": None, "tensor_bytes": tensors, "status": status}
 
 
-def reference_pick(rows: list[dict], budget_bytes: int) -> str | None:
+def _check_budget(budget_bytes) -> None:
+    if budget_bytes is None:
+        return
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float)) \
+            or not budget_bytes >= 0:
+        raise ValueError(f"budget_bytes must be a number of bytes >= 0, or None for no limit, "
+                         f"got {budget_bytes!r}")
+
+
+def reference_pick(rows: list[dict], budget_bytes: int | None) -> str | None:
     """The rules above, written plainly: the reference :func:`check_pick` compares with.
 
     Args:
         rows: dicts with ``strategy``, ``median_ms``, ``workspace_bytes``, ``tensor_bytes``
             and ``status``.
-        budget_bytes: the memory allowed for tensors + workspace, in bytes.
+        budget_bytes: the memory allowed for tensors + workspace, in bytes (>= 0; 0: nothing
+            fits), or None: no limit.
 
     Returns:
         The winning row's ``strategy``, or None when no row is a candidate.
+
+    Raises:
+        ValueError: ``budget_bytes`` negative, not a number, or a bool.
     """
+    _check_budget(budget_bytes)
     best, best_key = None, None
     for i, row in enumerate(rows):
         ws, ms = row.get("workspace_bytes"), row.get("median_ms")
         if row.get("status") != "ok" or ms is None or ws is None:
             continue
         footprint = row["tensor_bytes"] + ws
-        if footprint > budget_bytes:
+        if budget_bytes is not None and footprint > budget_bytes:
             continue
         key = (ms, footprint, i)
         if best_key is None or key < best_key:
@@ -141,7 +157,8 @@ def pick_cases() -> list[PickCase]:
     not start with "failed"), the budget compared with ``<`` instead of ``<=``, a workspace of
     0 taken as unknown, the first fitting row taken (right only when the rows happen to be
     sorted), a row that says "ok" without a time taken, ties broken the wrong way (by
-    workspace instead of footprint, by name in either order, by the last row).
+    workspace instead of footprint, by name in either order, by the last row), a budget of 0
+    read as no limit (a truthiness test), a budget of None (no limit) not handled.
     """
     t = 8 * MIB     # the tensors (x, w, y) of the layer the rows of a case were measured on
     cases = [
@@ -212,15 +229,23 @@ def pick_cases() -> list[PickCase]:
             64 * MIB, None),
         _shuffled_case(),
         PickCase("no rows at all", [], 64 * MIB, None),
+        PickCase("a budget of 0 bytes: nothing fits (0 is a budget, not 'no limit')", [
+            _row("im2col-gemm", 1.0, 2 * MIB, tensors=t), _row("direct-naive", 3.0, 0, tensors=t)],
+            0, None),
+        PickCase("budget_bytes None: no limit, so the fastest candidate wins whatever it needs", [
+            _row("reference", 0.2, None, tensors=t), _row("im2col-gemm", 1.0, 2 * MIB, tensors=t),
+            _row("fft", 0.5, 2**40, tensors=t), _row("direct-naive", 3.0, 0, tensors=t)],
+            None, "fft"),
     ]
     for case in cases:
         assert reference_pick(case.rows, case.budget_bytes) == case.expected, case.title
     return cases
 
 
-def _table(rows: list[dict], budget_bytes: int) -> str:
-    lines = [f"budget {budget_bytes / MIB:g} MiB; rows (strategy, median_ms, tensor MiB, "
-             f"workspace MiB, status):"]
+def _table(rows: list[dict], budget_bytes: int | None) -> str:
+    budget = ("budget None (no limit)" if budget_bytes is None
+              else f"budget {budget_bytes / MIB:g} MiB")
+    lines = [f"{budget}; rows (strategy, median_ms, tensor MiB, workspace MiB, status):"]
     for r in rows:
         ws = "None" if r["workspace_bytes"] is None else f"{r['workspace_bytes'] / MIB:g}"
         lines.append(f"  {r['strategy']:<13} {r['median_ms']!s:>6}  "
@@ -241,7 +266,7 @@ def check_pick(fn) -> Report:
 
     Args:
         fn: the learner's ``pick``. ``rows``: a list of dicts (a fresh copy per case);
-            ``budget_bytes``: int, bytes.
+            ``budget_bytes``: int, bytes (0 included), or None for no limit.
 
     Returns:
         A :class:`Report`: passed if every case gives the expected strategy name (or None);
@@ -263,10 +288,13 @@ def check_pick(fn) -> Report:
                           n - 1, "not implemented")
         except Exception as exc:  # noqa: BLE001 - the learner's code, reported readably
             where = _learner_line(exc, fn)
+            hint = ("\nHint: budget_bytes None means no limit (rule 1): every candidate fits, "
+                    "so test `budget_bytes is None` before comparing a footprint with it."
+                    if case.budget_bytes is None and isinstance(exc, TypeError) else "")
             return Report(name, False, f"on case '{case.title}': your code raised "
                           f"{type(exc).__name__}: {exc} (line {where.lineno}: "
-                          f"{(where.line or '').strip()})\n{_table(case.rows, case.budget_bytes)}",
-                          n, "error")
+                          f"{(where.line or '').strip()})\n{_table(case.rows, case.budget_bytes)}"
+                          f"{hint}", n, "error")
         problem = None
         if got is not None and not isinstance(got, str):
             problem = (f"your function returned {type(got).__name__}; return the winning row's "
@@ -280,7 +308,8 @@ def check_pick(fn) -> Report:
             return Report(name, False, f"on case '{case.title}': {problem}.\n"
                           f"{_table(case.rows, case.budget_bytes)}\nHint: candidates are rows "
                           f"with status == 'ok', a median_ms and a known workspace_bytes whose "
-                          f"footprint tensor_bytes + workspace_bytes is <= the budget; the "
+                          f"footprint tensor_bytes + workspace_bytes is <= the budget (a "
+                          f"budget of 0 fits nothing; only None means no limit); the "
                           f"smallest median_ms wins, ties go to the smaller footprint, then to "
                           f"the earlier row; no candidate gives None.",
                           n, "failed")

@@ -3,10 +3,12 @@ timeline of a schedule.
 
 :func:`layer_stages` gives a layer's ``(h2d_ms, compute_ms, d2h_ms)`` per chunk: copies from the
 pinned-memory bandwidth recorded in ``results/`` at the chunk's size, compute from the recorded
-forward convolution, labelled with the GPU that measured them; without recorded rows, the
-analytic estimate of :mod:`helpers.experiments.transfers.model` (H100 PCIe, PCIe 5.0), labelled
-as an estimate. :func:`timeline_text` draws a schedule (:mod:`helpers.checks.lab7`'s format) as
-text, one row per engine. Times in ms, sizes in bytes, float32 NCHW tensors.
+forward convolution (its precision, TF32 or FP32, read from its provenance, and the FP32 time
+of the same layer on the same GPU beside it where recorded), labelled with the GPU that
+measured them; without recorded rows, the analytic FP32 estimate of
+:mod:`helpers.experiments.transfers.model` (H100 PCIe, PCIe 5.0), labelled as an estimate.
+:func:`timeline_text` draws a schedule (:mod:`helpers.checks.lab7`'s format) as text, one row
+per engine. Times in ms, sizes in bytes, float32 NCHW tensors.
 
 Source: Li et al., ICPP 2016, Table I and Figure 7; the recordings of
 :mod:`helpers.experiments.transfers`.
@@ -21,6 +23,7 @@ from helpers.checks.lab7.model import engine_of
 from helpers.device import backend
 from helpers.experiments import transfers
 from helpers.experiments.transfers.model import LINKS, chunk_bounds, layer_bytes, layer_for
+from helpers.experiments.transfers.provenance import compute_precision, fp32_compute
 
 __all__ = ["ESTIMATE_GPU", "ESTIMATE_LINK", "layer_stages", "timeline_text"]
 
@@ -40,7 +43,12 @@ def layer_stages(layer="Conv5", chunks: int = 4, directory=None) -> dict:
     GPU): a copy of B bytes takes B / the pinned (or pageable) bandwidth recorded at the copy
     size nearest B (log scale); a chunk of m images computes for m / N of the recorded forward
     convolution of the whole batch. Otherwise the estimate: copies at :data:`ESTIMATE_LINK`'s
-    stated rate, compute at :data:`ESTIMATE_GPU`'s datasheet FP32 peak.
+    stated rate, compute at :data:`ESTIMATE_GPU`'s datasheet FP32 peak. The recorded
+    convolution is torch's own, with torch's flags as they were: on a GPU with TF32 it may run
+    in TF32 (:func:`helpers.experiments.transfers.provenance.compute_precision` says which);
+    the FP32 time of the same layer, where ``results/precision_*`` holds one for that GPU
+    (:func:`~helpers.experiments.transfers.provenance.fp32_compute`), gives the same chunks
+    with float32 arithmetic.
 
     Args:
         layer: a Table I name (``"Conv1"`` .. ``"Conv5"``) or a ConvConfig of one.
@@ -50,7 +58,11 @@ def layer_stages(layer="Conv5", chunks: int = 4, directory=None) -> dict:
     Returns:
         dict: ``layer``, ``n``, ``chunks``, ``bounds``; ``durations`` (per chunk, pinned),
         ``whole`` (the batch in one piece, pinned) and ``whole_pageable`` (None for the
-        estimate), each ``(h2d_ms, compute_ms, d2h_ms)``; ``measured_stages`` (the overlap row's
+        estimate), each ``(h2d_ms, compute_ms, d2h_ms)``; ``precision`` (the dict of
+        :func:`~helpers.experiments.transfers.provenance.compute_precision` for the recorded
+        compute, or an FP32 label for the estimate); ``fp32`` (None, or a dict with
+        ``compute_ms`` of the whole batch in float32, ``durations``, ``whole`` and ``label``,
+        the GPU and date of that recording); ``measured_stages`` (the overlap row's
         own pinned stage times, or None); ``fixed_copy_ms`` (the recorded time of the smallest
         pinned h2d copy, a copy's fixed cost, or None); ``source`` (``"recorded"`` or
         ``"estimate"``), ``label`` (the GPU and date, or the estimate's basis), ``basis`` (how
@@ -71,7 +83,7 @@ def layer_stages(layer="Conv5", chunks: int = 4, directory=None) -> dict:
     kinds = {(d, m): [r for r in bw if r["direction"] == d and r["memory"] == m]
              for d in transfers.DIRECTIONS for m in transfers.MEMORY_KINDS}
     out = dict(layer=lay.name, n=lay.n, chunks=chunks, bounds=bounds, overlap=row, timeline=[],
-               measured_stages=None, fixed_copy_ms=None, whole_pageable=None)
+               measured_stages=None, fixed_copy_ms=None, whole_pageable=None, fp32=None)
     if row is not None and all(kinds.values()):
         def copy_ms(nbytes, direction, memory="pinned"):
             return nbytes / float(_nearest(kinds[(direction, memory)], nbytes)["gb_s"]) / 1e6
@@ -90,12 +102,25 @@ def layer_stages(layer="Conv5", chunks: int = 4, directory=None) -> dict:
             fixed_copy_ms=float(min(kinds[("h2d", "pinned")],
                                     key=lambda r: float(r["size_bytes"]))["median_ms"]),
             timeline=[t for t in transfers.recorded("timeline", directory, layer=lay.name).rows
-                      if t["device"] == row["device"] and t["run"] == "overlapped"])
+                      if t["device"] == row["device"] and t["run"] == "overlapped"],
+            precision=compute_precision(row, directory))
+        fp32 = fp32_compute(row, directory)
+        if fp32 is not None:
+            ms = fp32["compute_ms"]
+            out["fp32"] = dict(
+                compute_ms=ms, label=fp32["device"],
+                durations=[(h, ms * (b - a) / lay.n, d)
+                           for (a, b), (h, _, d) in zip(bounds, out["durations"])],
+                whole=(out["whole"][0], ms, out["whole"][2]))
         return out
     spec, link = backend.lookup_gpu(ESTIMATE_GPU), LINKS[ESTIMATE_LINK]
     flop_ms = lay.flops / lay.n / spec.fp32_flops * 1e3
     out.update(
         source="estimate", overlap=None,
+        precision=dict(precision="float32", tflop_s=spec.fp32_flops / 1e12,
+                       fp32_peak_tflop_s=spec.fp32_flops / 1e12, compute_capability=None,
+                       short="FP32",
+                       label="FP32: the estimate computes at the datasheet FP32 peak"),
         label=(f"ESTIMATE, not measured: {spec.name} datasheet FP32 peak, {link.name} at "
                f"{link.bytes_s / 1e9:.1f} GB/s per direction"),
         basis="copies: bytes / the link's stated rate; compute: forward FLOPs / the peak",

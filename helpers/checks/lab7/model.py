@@ -7,7 +7,8 @@ schedule it gives, by an event simulation; :func:`parse_schedule` reads a learne
 ``durations`` are ``(h2d_ms, compute_ms, d2h_ms)`` per chunk. Times in ms.
 
 Source: CUDA C Programming Guide, "Asynchronous Concurrent Execution" (streams, copy engines,
-pinned memory); Li et al., ICPP 2016, Section V-D (asynchronous transfers, pinned memory).
+pinned memory); CUDA Runtime API, "API synchronization behavior" (copies from pageable memory
+block the host); Li et al., ICPP 2016, Section V-D (asynchronous transfers, pinned memory).
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ images from host to device), compute, d2h (copy its results back), with given du
    copy_engines = 1, h2d and d2h share one; with copy_engines = 2, h2d has one and d2h the
    other. An engine runs one operation at a time, in issue order (a FIFO: an operation never
    overtakes one issued earlier to the same engine, even one still waiting for its stream).
-4. Pinned host memory (pinned=True): an operation starts as soon as its engine has finished
-   the operation issued to it before and its stream's previous operation has ended (at 0 ms
-   if there is neither); it ends at its start + its duration.
-5. Pageable host memory (pinned=False): every copy is synchronous (the host waits), so no
-   two operations overlap: each starts when the operation issued just before it has ended.
+4. Start and end: an operation starts as soon as its engine has finished the operation
+   issued to it before and its stream's previous operation has ended (at 0 ms if there is
+   neither); it ends at its start + its duration. With pinned host memory (pinned=True)
+   that is all: the host issues every operation at once and never waits.
+5. Pageable host memory (pinned=False): a copy (h2d or d2h) also blocks the host until it
+   has ended, so no operation issued after a copy starts before that copy has ended. A
+   compute does not block the host, and work issued before a copy keeps running: a copy
+   overlaps computes already issued to other streams (rules 1, 3 and 4 still hold).
 The makespan is the end of the operation that finishes last."""
 
 
@@ -94,8 +98,8 @@ def simulate(durations: Sequence[Sequence[float]], streams: int, copy_engines: i
              pinned: bool) -> list[dict]:
     """The schedule :data:`RULES` give, by an event simulation independent of issue-order
     arithmetic: each engine has a queue in issue order; the next event is the queue head that
-    can start earliest (its engine free, its stream's or, for pageable memory, the previously
-    issued operation done).
+    can start earliest (its engine free, its stream's previous operation done and, for
+    pageable memory, the last copy issued before it done: rule 5).
 
     Args:
         durations: ``(h2d_ms, compute_ms, d2h_ms)`` per chunk, each >= 0.
@@ -109,12 +113,14 @@ def simulate(durations: Sequence[Sequence[float]], streams: int, copy_engines: i
     """
     _check_args(durations, streams, copy_engines, order)
     issued = issue_order(len(durations), order)
-    waits_for, last_in_stream = {}, {}
-    for k, (i, op) in enumerate(issued):
+    waits_for, last_in_stream, last_copy = {}, {}, None
+    for i, op in issued:
         stream = i % streams
-        waits_for[(i, op)] = last_in_stream.get(stream) if pinned else (
-            issued[k - 1] if k else None)
+        waits_for[(i, op)] = [key for key in (last_in_stream.get(stream), last_copy)
+                              if key is not None]
         last_in_stream[stream] = (i, op)
+        if not pinned and op != "compute":
+            last_copy = (i, op)        # the host is blocked in it until it has ended
     queues: dict[str, list] = {}
     for i, op in issued:
         queues.setdefault(engine_of(op, copy_engines), []).append((i, op))
@@ -127,9 +133,8 @@ def simulate(durations: Sequence[Sequence[float]], streams: int, copy_engines: i
             if not queue:
                 continue
             head = queue[0]
-            before = waits_for[head]
-            if before is None or before in ended:
-                start = max(engine_free[engine], ended[before] if before else 0.0)
+            if all(key in ended for key in waits_for[head]):
+                start = max([engine_free[engine]] + [ended[key] for key in waits_for[head]])
                 ready.append((start, issued.index(head), engine))
         start, _, engine = min(ready)
         head = queues[engine].pop(0)
@@ -200,6 +205,106 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] - TOL_MS and b[0] < a[1] - TOL_MS
 
 
+def _same_starts(got, ops) -> bool:
+    return all(abs(got[(o["chunk"], o["op"])][0] - o["start_ms"]) <= TOL_MS for o in ops)
+
+
+def _blocked_host(got, issued):
+    """(copy, later operation) for the earliest start before a pageable copy issued before it
+    has ended (rule 5), or None."""
+    late = []
+    for k, a in enumerate(issued):
+        if a[1] != "compute":
+            late += [(got[b][0], b, a) for b in issued[k + 1:] if got[b][0] < got[a][1] - TOL_MS]
+    return min(late)[1:] if late else None
+
+
+_RULE5 = ("with pageable memory a copy blocks the host until it has ended (rule 5): nothing "
+          "issued after a copy starts before it ends. A compute does not block the host, so a "
+          "copy still runs beside computes issued before it to other streams; keep the end of "
+          "the last copy issued as one more time an operation waits for.")
+
+
+def _pageable(got, durations, streams, copy_engines, order):
+    """What a pageable schedule gets wrong about rule 5, before the other rules are checked."""
+    if _same_starts(got, simulate(durations, streams, copy_engines, order, True)):
+        return ("your schedule is the one for pinned memory",
+                "pinned is False here: " + _RULE5)
+    issued = issue_order(len(durations), order)
+    blocked = _blocked_host(got, issued)
+    if blocked:
+        later, copy = blocked
+        return (f"{name_of(later)} starts at {got[later][0]:.3f} ms, before {name_of(copy)}, a "
+                f"copy from pageable memory issued before it, has ended ({got[copy][1]:.3f} ms)",
+                _RULE5)
+    if all(got[b][0] >= got[a][1] - TOL_MS for a, b in zip(issued, issued[1:])):
+        return ("nothing in your schedule overlaps: every operation waits for the one issued "
+                "just before it, but with pageable memory only the copies block the host",
+                "rule 5: a compute is issued without waiting, so a copy issued after it to "
+                "another stream can run while it computes (in breadth-first order, chunk 0's "
+                "copy out runs beside chunk 1's compute). Wait for the last copy issued, not "
+                "for every operation issued before.")
+    return None
+
+
+def _streams_and_engines(got, issued, streams, copy_engines):
+    """The first break of rules 1 and 3 in the learner's own times, or None."""
+    last, late = {}, []
+    for key in issued:
+        before = last.get(key[0] % streams)
+        if before is not None and got[key][0] < got[before][1] - TOL_MS:
+            late.append((got[key][0], key, before))
+        last[key[0] % streams] = key
+    if late:
+        _, key, before = min(late)
+        said = (f"{name_of(key)} starts at {got[key][0]:.3f} ms, before {name_of(before)} has "
+                f"ended ({got[before][1]:.3f} ms)")
+        if before[0] == key[0]:
+            return (said, "a stream runs its operations in issue order (rule 1): a chunk's "
+                    "compute waits until its images are copied in (its h2d has ended), "
+                    "its d2h until its compute has ended.")
+        return (f"{said}; both are in stream {key[0] % streams} (chunk i goes to stream "
+                f"i % streams, {streams} streams), and {name_of(before)} was issued first",
+                "with fewer streams than chunks, chunks share streams (stream = "
+                "chunk % streams), and a stream runs everything issued to it in issue "
+                "order (rule 1), across chunks too: in breadth-first order with 2 streams, "
+                "chunk 0's compute waits for chunk 2's h2d.")
+    engines = {}
+    for key in issued:
+        engines.setdefault(engine_of(key[1], copy_engines), []).append(key)
+    for engine, keys in engines.items():
+        for a in keys:
+            for b in keys:
+                if a[1] == b[1] and a < b and _overlap(got[a], got[b]):
+                    return (f"{name_of(a)} ({span_of(got[a])}) and {name_of(b)} "
+                            f"({span_of(got[b])}) overlap on the {engine}",
+                            "an engine runs one operation at a time (rule 3): one compute "
+                            "engine for every compute, and one copy engine per direction "
+                            "at most; an operation starts only once its engine has finished "
+                            "the operation issued to it before.")
+    if copy_engines == 1:
+        for a in issued:
+            for b in issued:
+                if (a[1], b[1]) == ("h2d", "d2h") and _overlap(got[a], got[b]):
+                    return (f"{name_of(a)} ({span_of(got[a])}) and {name_of(b)} "
+                            f"({span_of(got[b])}) overlap, but with copy_engines = 1 both "
+                            "directions share one copy engine",
+                            "with one copy engine, h2d and d2h queue on the same engine "
+                            "(rule 3); only copy_engines = 2 gives each direction its own.")
+    for engine, keys in engines.items():
+        for a, b in zip(keys, keys[1:]):
+            if got[b][0] < got[a][1] - TOL_MS:
+                return (f"on the {engine}, {name_of(b)} starts at {got[b][0]:.3f} ms, before "
+                        f"{name_of(a)}, issued to that engine before it, has run (it starts "
+                        f"at {got[a][0]:.3f} ms)",
+                        "an engine takes its operations in issue order, a FIFO (rule 3): "
+                        "an operation never overtakes one issued earlier to the same "
+                        "engine, even one still waiting for its stream. With one copy "
+                        "engine and depth-first order, chunk 1's h2d queues behind chunk "
+                        "0's d2h: the false dependency that breadth-first order avoids.")
+    return None
+
+
 def broken_rule(got, expected, first, durations, streams, copy_engines, order, pinned):
     """(what is wrong, hint) for a schedule that differs from ``expected``: the first rule of
     :data:`RULES` the learner's own times break, in a fixed order of the rules."""
@@ -211,80 +316,19 @@ def broken_rule(got, expected, first, durations, streams, copy_engines, order, p
                     f"{d:.3f} ms", "an operation ends at its start + its own duration; "
                     "durations[i] is (h2d_ms, compute_ms, d2h_ms) of chunk i, in that order.")
     other = ORDERS[1 - ORDERS.index(order)]
-    if all(abs(got[(o["chunk"], o["op"])][0] - o["start_ms"]) <= TOL_MS
-           for o in simulate(durations, streams, copy_engines, other, pinned)):
+    if _same_starts(got, simulate(durations, streams, copy_engines, other, pinned)):
         return (f"your schedule is the one for {other} order",
                 f"issue the operations in the order given (rule 2): here {order}. The order "
                 "decides what each stream and each engine runs first.")
-    if not pinned:
-        for a, b in zip(issued, issued[1:]):
-            if got[b][0] < got[a][1] - TOL_MS:
-                return (f"{name_of(b)} starts at {got[b][0]:.3f} ms, before {name_of(a)}, issued "
-                        f"just before it, has ended ({got[a][1]:.3f} ms)",
-                        "pageable host memory makes every copy synchronous (rule 5): the host "
-                        "waits, no two operations overlap, and each starts when the one issued "
-                        "just before it has ended. Apply rule 5 when pinned is False.")
-    else:
-        last, late = {}, []
-        for key in issued:
-            before = last.get(key[0] % streams)
-            if before is not None and got[key][0] < got[before][1] - TOL_MS:
-                late.append((got[key][0], key, before))
-            last[key[0] % streams] = key
-        if late:
-            _, key, before = min(late)
-            said = (f"{name_of(key)} starts at {got[key][0]:.3f} ms, before {name_of(before)} has "
-                    f"ended ({got[before][1]:.3f} ms)")
-            if before[0] == key[0]:
-                return (said, "a stream runs its operations in issue order (rule 1): a chunk's "
-                        "compute waits until its images are copied in (its h2d has ended), "
-                        "its d2h until its compute has ended.")
-            return (f"{said}; both are in stream {key[0] % streams} (chunk i goes to stream "
-                    f"i % streams, {streams} streams), and {name_of(before)} was issued first",
-                    "with fewer streams than chunks, chunks share streams (stream = "
-                    "chunk % streams), and a stream runs everything issued to it in issue "
-                    "order (rule 1), across chunks too: in breadth-first order with 2 streams, "
-                    "chunk 0's compute waits for chunk 2's h2d.")
-        engines = {}
-        for key in issued:
-            engines.setdefault(engine_of(key[1], copy_engines), []).append(key)
-        for engine, keys in engines.items():
-            for a in keys:
-                for b in keys:
-                    if a[1] == b[1] and a < b and _overlap(got[a], got[b]):
-                        return (f"{name_of(a)} ({span_of(got[a])}) and {name_of(b)} "
-                                f"({span_of(got[b])}) overlap on the {engine}",
-                                "an engine runs one operation at a time (rule 3): one compute "
-                                "engine for every compute, and one copy engine per direction "
-                                "at most; an operation starts only once its engine has finished "
-                                "the operation issued to it before.")
-        if copy_engines == 1:
-            for a in issued:
-                for b in issued:
-                    if (a[1], b[1]) == ("h2d", "d2h") and _overlap(got[a], got[b]):
-                        return (f"{name_of(a)} ({span_of(got[a])}) and {name_of(b)} "
-                                f"({span_of(got[b])}) overlap, but with copy_engines = 1 both "
-                                "directions share one copy engine",
-                                "with one copy engine, h2d and d2h queue on the same engine "
-                                "(rule 3); only copy_engines = 2 gives each direction its own.")
-        for engine, keys in engines.items():
-            for a, b in zip(keys, keys[1:]):
-                if got[b][0] < got[a][1] - TOL_MS:
-                    return (f"on the {engine}, {name_of(b)} starts at {got[b][0]:.3f} ms, before "
-                            f"{name_of(a)}, issued to that engine before it, has run (it starts "
-                            f"at {got[a][0]:.3f} ms)",
-                            "an engine takes its operations in issue order, a FIFO (rule 3): "
-                            "an operation never overtakes one issued earlier to the same "
-                            "engine, even one still waiting for its stream. With one copy "
-                            "engine and depth-first order, chunk 1's h2d queues behind chunk "
-                            "0's d2h: the false dependency that breadth-first order avoids.")
+    found = (None if pinned else _pageable(got, durations, streams, copy_engines, order)) \
+        or _streams_and_engines(got, issued, streams, copy_engines)
+    if found:
+        return found
     keys = list(got)
-    if pinned and copy_engines == 2:
-        one = simulate(durations, streams, 1, order, pinned)
-        if all(abs(got[(o["chunk"], o["op"])][0] - o["start_ms"]) <= TOL_MS for o in one):
-            return ("your schedule is the one for a single copy engine",
-                    "with copy_engines = 2, h2d and d2h each have an engine (rule 3) and run at "
-                    "the same time when their streams allow.")
+    if copy_engines == 2 and _same_starts(got, simulate(durations, streams, 1, order, pinned)):
+        return ("your schedule is the one for a single copy engine",
+                "with copy_engines = 2, h2d and d2h each have an engine (rule 3) and run at "
+                "the same time when their streams allow.")
     ref = {(o["chunk"], o["op"]): (o["start_ms"], o["end_ms"]) for o in expected}
     serial = not any(_overlap(got[a], got[b]) for a in keys for b in keys if a < b)
     if pinned and serial and any(_overlap(ref[a], ref[b]) for a in keys for b in keys if a < b):
@@ -295,19 +339,18 @@ def broken_rule(got, expected, first, durations, streams, copy_engines, order, p
                 "before it (one stream for everything, or rule 5 applied to pinned memory)?")
     before = {}
     for other_key in issued[:issued.index(first)]:
-        if not pinned:
-            before["the operation issued just before it"] = other_key
-        else:
-            if engine_of(other_key[1], copy_engines) == engine_of(first[1], copy_engines):
-                before["its engine's previous operation"] = other_key
-            if other_key[0] % streams == first[0] % streams:
-                before["its stream's previous operation"] = other_key
+        if engine_of(other_key[1], copy_engines) == engine_of(first[1], copy_engines):
+            before["its engine's previous operation"] = other_key
+        if other_key[0] % streams == first[0] % streams:
+            before["its stream's previous operation"] = other_key
+        if not pinned and other_key[1] != "compute":
+            before["the last copy issued before it (rule 5)"] = other_key
     allowed = max((got[k][1] for k in before.values()), default=0.0)
     waited = "; ".join(f"{role}, {name_of(k)}, ends at {got[k][1]:.3f} ms"
                        for role, k in before.items()) or "nothing comes before it"
     return (f"{name_of(first)} starts at {got[first][0]:.3f} ms, but by your own times it could "
             f"start at {allowed:.3f} ms ({waited})",
             "rule 4: an operation starts as soon as its engine has finished the operation "
-            "issued to it before and its stream's previous operation has ended; check what "
-            "else you make it wait for." if pinned else "rule 5: with pageable memory each "
-            "operation starts when the operation issued just before it has ended.")
+            "issued to it before and its stream's previous operation has ended"
+            + ("" if pinned else ", and (rule 5) the last copy issued before it has ended")
+            + "; check what else you make it wait for.")
