@@ -391,3 +391,45 @@ def test_process_tracking_without_psutil(monkeypatch):
         assert not any(parallel._alive(p) for p in with_psutil)
     finally:
         proc.kill()
+
+
+def test_weak_scaling_charges_only_the_ranks_for_their_overhead():
+    # compute 64 ms, waiting + all-reduce 5.6 ms: 2 x 64 / 69.6, not Gustafson's 2 - s
+    assert parallel.scaled_speedup(0.064, 0.0056, 2) == pytest.approx(2 * 0.064 / 0.0696)
+    s = 0.0056 / 0.0696
+    assert parallel.scaled_speedup(0.064, 0.0056, 2) == pytest.approx(2 * (1 - s))
+    assert parallel.scaled_speedup(0.064, 0.0056, 2) < 2 - s          # the old formula
+    assert parallel.scaled_speedup(1.0, 0.0, 8) == 8.0
+    assert parallel.scaled_speedup(1.0, 5.0, 1) == pytest.approx(1 / 6)
+    for kwargs, name in (({"compute_s": 0.0}, "compute_s"), ({"overhead_s": -1.0}, "overhead_s"),
+                         ({"workers": 0}, "workers")):
+        args = {**dict(compute_s=1.0, overhead_s=0.1, workers=2), **kwargs}
+        with pytest.raises(ValueError, match=name):
+            parallel.scaled_speedup(**args)
+
+
+def test_ddp_buckets_are_the_ones_ddp_builds(tmp_path):
+    """ResNet-20's gradient overflows DDP's 1 MiB first bucket into a second one; the sizes are
+    those DDP itself reports after rebuilding its buckets in a one-rank gloo group."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from helpers.experiments.parallel import ddp_bucket_bytes
+
+    model = training_cnns.build("resnet20", 3, 2, 32, seed=0)
+    buckets = ddp_bucket_bytes(model)
+    assert sum(buckets) == 4 * sum(p.numel() for p in model.parameters()) > 2**20
+    assert len(buckets) == 2 and buckets[0] >= 2**20 > buckets[1]
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        ddp = DistributedDataParallel(model)
+        x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 2, (4,))
+        for _ in range(3):      # DDP rebuilds its buckets at the second step's forward
+            F.cross_entropy(ddp(x), y).backward()
+        built = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]
+    finally:
+        dist.destroy_process_group()
+    assert [int(b) for b in built.split(",")] == buckets
+    with pytest.raises(ValueError, match="first_bytes"):
+        ddp_bucket_bytes(model, first_bytes=0)

@@ -390,6 +390,16 @@ def test_format_table():
     assert "5.1e-04" in text and "False" in text and "1.235" in text
 
 
+def test_the_table_names_the_rate_by_its_convention():
+    """A convolution's tflop_s is direct convolution's FLOPs over the time, whatever the
+    strategy computes (an FFT can pass the FP32 peak): the default table says so in its header."""
+    row = {"op": "conv", "layer": "Conv3", "strategy": "fft", "precision": "float32",
+           "median_ms": 1.0, "tflop_s": 143.7, "status": "ok"}
+    header, line = P.format_table([row]).splitlines()
+    assert header.split()[5] == P.DIRECT_EQUIV == "direct_equiv_tflop_s"
+    assert line.split()[5] == "143.7" and " tflop_s" not in f" {header}"
+
+
 # ------------------------------------------------------------------ figures
 
 

@@ -380,8 +380,9 @@ def test_the_library_lines_and_findings_are_read_from_the_rows():
               dict(network="ResNeXt-50 (32x4d)", layer_type="1x1", flop_share=0.9,
                    time_share=0.8)]
     timed = [dict(network="MobileNet-V2", layer_type="depthwise", intensity=2.25)]
-    found = dict(tlf.findings(shares, timed, [lib, *ours], ridge=13.0))
-    assert "took 40%, at 2.25 FLOP/B at most, left of this CPU's ridge (13.0 FLOP/B)" in \
+    found = dict(tlf.findings(shares, timed, [lib, *ours],
+                              roof={"peak_flops": 130e9, "bandwidth": 10e9}))
+    assert "took 40%, at 2.25 FLOP/B at most, left of this device's ridge (13.0 FLOP/B)" in \
         found["convolutions are computation-intensive and arithmetic sets their speed (IV-A, IV-B)"]
     assert found["no single implementation is the fastest in all scenarios (IV-B, VI)"] == (
         "fastest here: the library (1 layers); the fastest of ours: depthwise (MobileNet-V2) "

@@ -1,7 +1,7 @@
 """Data and model parallelism on torch.distributed (notebook 11), when one device is not enough.
 
 :mod:`.launcher`: starts W ranks with torchrun, refuses up front what the machine cannot hold,
-collects their rows, models them (Amdahl, the ring all-reduce) and reads results/
+collects their rows, models them (Amdahl, weak scaling, the ring all-reduce) and reads results/
 (``python -m helpers.experiments.parallel``). :mod:`.ranks`: what each rank runs (DDP steps,
 the two-stage pipeline, all-reduce over message sizes).
 """
@@ -24,9 +24,12 @@ from helpers.experiments.parallel.launcher import (
     recorded,
     refusal,
     ring_allreduce_seconds,
+    scaled_speedup,
     usable_cores,
 )
+from helpers.experiments.parallel.ranks import ddp_bucket_bytes
 
 __all__ = ["PREFIX", "COMMAND", "ROW_KEYS", "EXPERIMENTS", "RANK_MEMORY_BYTES", "STARTUP_S",
            "usable_cores", "max_ranks", "refusal", "estimate_seconds", "launch", "measure",
-           "amdahl", "ring_allreduce_seconds", "failure_cause", "recorded", "format_table", "main"]
+           "amdahl", "scaled_speedup", "ring_allreduce_seconds", "ddp_bucket_bytes",
+           "failure_cause", "recorded", "format_table", "main"]

@@ -345,11 +345,30 @@ def amdahl(parallel_share: float, workers) -> float:
     return 1.0 / ((1.0 - parallel_share) + parallel_share / workers)
 
 
+def scaled_speedup(compute_s: float, overhead_s: float, workers) -> float:
+    """Weak scaling's speedup when each of ``workers`` ranks computes its own share in
+    ``compute_s`` and then pays ``overhead_s`` (waiting, all-reduce) that one rank alone never
+    pays: ``W t_c / (t_c + t_o)``, one rank doing the W ranks' work in W t_c. Gustafson's
+    ``W - s (W - 1)`` is the case where the part that does not divide is work one rank does too.
+
+    Raises:
+        ValueError: ``compute_s`` not > 0, ``overhead_s`` < 0, or fewer than one worker.
+    """
+    if not compute_s > 0:
+        raise ValueError(f"compute_s must be > 0 seconds, got {compute_s!r}")
+    if not overhead_s >= 0:
+        raise ValueError(f"overhead_s must be >= 0 seconds, got {overhead_s!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    return workers * compute_s / (compute_s + overhead_s)
+
+
 def ring_allreduce_seconds(nbytes: float, ranks: int, bandwidth_gbps: float,
                            latency_s: float) -> float:
     """Time of a ring all-reduce of ``nbytes`` over ``ranks`` ranks: 2 (W - 1) steps, each
     sending ``nbytes / W`` over a link of ``bandwidth_gbps`` (1e9 bytes/s) after ``latency_s``.
-    One rank: 0. Source: Patarasuk and Yuan, J. Parallel Distrib. Comput. 69(2), 2009."""
+    Each rank sends and receives ``2 (W - 1) / W`` of the message. One rank: 0. Source:
+    Patarasuk and Yuan, J. Parallel Distrib. Comput. 69(2), 2009."""
     if ranks <= 1:
         return 0.0
     return 2 * (ranks - 1) * (latency_s + nbytes / ranks / (bandwidth_gbps * 1e9))

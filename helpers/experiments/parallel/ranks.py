@@ -75,6 +75,29 @@ def split_resnet(model: training_cnns.ResNetCifar, at: int) -> tuple[nn.Module, 
             Head(nn.Sequential(*blocks[at:]), model.fc))
 
 
+def ddp_bucket_bytes(model: nn.Module, first_bytes: int | None = None,
+                     cap_bytes: int = 25 * 2**20) -> list[int]:
+    """Bytes of each gradient bucket DDP all-reduces for ``model`` once it has rebuilt its
+    buckets after the first step, in the order they are reduced: parameters taken last to first
+    (the order their gradients are ready), a bucket closed once it holds at least its limit,
+    ``first_bytes`` for the first (default torch's ``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB)
+    and ``cap_bytes`` (DDP's ``bucket_cap_mb``, 25 MiB) for the others. torch's own
+    assignment (``dist._compute_bucket_assignment_by_size``). Source: Li et al., VLDB 2020.
+
+    Raises:
+        ValueError: a model without trainable parameters, or a limit < 1 byte.
+    """
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES if first_bytes is None else first_bytes
+    if first < 1 or cap_bytes < 1:
+        raise ValueError(f"first_bytes and cap_bytes must be >= 1, got {first} and {cap_bytes}")
+    params = [p for p in model.parameters() if p.requires_grad][::-1]
+    if not params:
+        raise ValueError("model must have trainable parameters")
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, [first, cap_bytes],
+                                                         [False] * len(params))
+    return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

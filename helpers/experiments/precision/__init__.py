@@ -38,6 +38,7 @@ from helpers.experiments.precision.support import (
 from helpers.experiments.precision.timings import (
     COMMAND,
     DEFAULT_STRATEGIES,
+    DIRECT_EQUIV,
     ERROR_BATCH,
     FIELDS,
     PREFIX,
@@ -49,6 +50,7 @@ from helpers.experiments.precision.timings import (
 
 __all__ = ["PRECISIONS", "DTYPES", "OPS", "STRATEGY_PRECISIONS", "FIELDS", "PREFIX", "COMMAND",
            "CPU_GEMM_SIZES", "GPU_GEMM_SIZES", "CPU_LAYERS", "GPU_LAYERS", "DEFAULT_STRATEGIES",
+           "DIRECT_EQUIV",
            "ERROR_BATCH", "tf32_mode", "precision_mode", "cpu_flags", "native", "arithmetic",
            "supports", "strategy_reason", "relative_errors", "error_vs_float64", "measure",
            "ceilings", "recorded", "format_table", "main", "errors", "support", "timings"]

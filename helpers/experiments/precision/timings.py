@@ -48,8 +48,8 @@ from helpers.experiments.precision.support import (
     precision_mode,
 )
 
-__all__ = ["FIELDS", "PREFIX", "COMMAND", "DEFAULT_STRATEGIES", "ERROR_BATCH", "measure",
-           "recorded", "format_table", "main"]
+__all__ = ["FIELDS", "PREFIX", "COMMAND", "DEFAULT_STRATEGIES", "DIRECT_EQUIV", "ERROR_BATCH",
+           "measure", "recorded", "format_table", "main"]
 
 #: Keys of every row of :func:`measure` (and of ``results/precision_*.csv``).
 FIELDS = ("op", "layer", "shape", "strategy", "precision", "dtype", "allow_tf32", "flops",
@@ -217,13 +217,17 @@ def recorded(op: str | None = None, directory=None, **match) -> results.Recorded
     return results.recorded(PREFIX, COMMAND, directory=directory, **{"status": "ok", **match})
 
 
-DEFAULT_COLUMNS = ("op", "layer", "strategy", "precision", "median_ms", "tflop_s",
+#: The column that shows ``tflop_s`` under the name of its convention: the layer's direct FLOPs
+#: (a GEMM's 2n^3, a convolution's 2NKPQCRS) over the time, whatever the strategy counts itself.
+DIRECT_EQUIV = "direct_equiv_tflop_s"
+
+DEFAULT_COLUMNS = ("op", "layer", "strategy", "precision", "median_ms", DIRECT_EQUIV,
                    "max_rel_error", "rms_rel_error", "native", "status")
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[str] = DEFAULT_COLUMNS) -> str:
     """Rows as a fixed-width text table (errors as ``1.2e-03``, other floats to 4 significant
-    digits, None as ``-``)."""
+    digits, None as ``-``); the column :data:`DIRECT_EQUIV` shows each row's ``tflop_s``."""
     def cell(key, v):
         if v is None or v == "":
             return "-"
@@ -231,7 +235,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] = DEFAULT_COLUMNS)
             return f"{v:.1e}" if key.endswith("_error") else f"{v:.4g}"
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
-    table = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
+    table = [list(columns)] + [[cell(c, r.get("tflop_s" if c == DIRECT_EQUIV else c))
+                                for c in columns] for r in rows]
     widths = [max(len(line[j]) for line in table) for j in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()
                      for line in table)

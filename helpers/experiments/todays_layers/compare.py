@@ -101,7 +101,8 @@ def layer_type(cfg: ConvConfig) -> str:
 
 def bytes_moved(cfg: ConvConfig, itemsize: int = 4) -> int:
     """Bytes a forward pass must at least move: x, w and y each once, ``itemsize`` bytes per
-    value (4: float32). The least traffic any kernel can have; real kernels move more."""
+    value (4: float32), in full. Real kernels move more; a layer whose stride exceeds its kernel
+    (a 1 x 1 with stride 2) needs only the input values it samples, so there it counts more."""
     return itemsize * (int(np.prod(cfg.x_shape)) + int(np.prod(cfg.w_shape))
                        + int(np.prod(cfg.y_shape)))
 
