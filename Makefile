@@ -18,7 +18,7 @@ WORKERS ?= auto
 .PHONY: help env lab test test-pythons test-gpu test-gpu-bare test-fast gpu-reference gpu-lease run outputs book readme-picture clean
 
 help:
-	@echo "make lab     start JupyterLab on the notebooks (creates the environment if missing)"
+	@echo "make lab     start JupyterLab on your copies in my-work/ (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
 	@echo "make test-fast  the tests without the browser and without executing notebooks (for iterating)"
 	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
@@ -43,7 +43,8 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 
 env: $(VENV)/.synced
 
-# JupyterLab on the repository, opening notebooks/00_start_here.ipynb (tools/lab.py).
+# JupyterLab on the learner's copies in my-work/ (made from notebooks/ and labs/ on first start),
+# opening notebooks/00_start_here.ipynb there (tools/lab.py).
 lab: env
 	@$(PY) -m tools.lab --port $(PORT)
 

@@ -23,17 +23,20 @@ ROOT = lab.ROOT
 
 # ----------------------------------------------------------------------------- make lab
 
-def test_arguments_serve_the_repository_and_open_the_start_notebook(tmp_path):
+def test_arguments_serve_only_the_learners_copies_and_open_the_start_notebook(tmp_path):
     root = tmp_path / "clone"
     (root / "notebooks").mkdir(parents=True)
     (root / "notebooks" / "00_start_here.ipynb").write_text("{}")
     lab.prepare_work(root)
     args = lab.arguments(root)
-    assert f"--ServerApp.root_dir={root}" in args
+    # the originals (notebooks/, labs/) are not served beside my-work/: only my-work/ is
+    assert f"--ServerApp.root_dir={root / 'my-work'}" in args
+    assert f"--ServerApp.root_dir={root}" not in args
     # JupyterLab 4 redirects to its own default_url: ServerApp's would be ignored.
-    assert "--LabApp.default_url=/lab/tree/my-work/notebooks/00_start_here.ipynb" in args
+    assert "--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb" in args
     assert not [a for a in args if a.startswith("--ServerApp.default_url")]
-    assert lab.START_NOTEBOOK == "my-work/notebooks/00_start_here.ipynb"
+    assert f"--LabApp.workspaces_dir={root / 'my-work' / '.workspaces'}" in args
+    assert lab.START_NOTEBOOK == "notebooks/00_start_here.ipynb"
     assert (ROOT / "notebooks" / "00_start_here.ipynb").is_file()
 
 
@@ -59,7 +62,7 @@ def test_the_learner_works_in_copies_that_updates_never_touch(tmp_path):
     lines = lab.prepare_work(tmp_path)
     assert (work / "labs" / "lab1.ipynb").read_text() == '{"mine": true}'      # kept
     assert (work / "notebooks" / "02_b.ipynb").exists()                        # new: copied
-    assert "copied 1 notebooks" in lines[0]
+    assert lines[0].startswith("copied 1 notebook into my-work/")
     changed = [ln for ln in lines if "was updated after you copied it" in ln]
     assert [ln.split()[0] for ln in changed] == ["notebooks/01_a.ipynb", "labs/lab1.ipynb"]
     # a copy deleted by the learner comes back as the new version, and is no longer reported
@@ -77,7 +80,8 @@ def test_the_work_folder_is_ignored_by_git():
 def test_a_missing_start_notebook_is_refused_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"^start: .*00_start_here\.ipynb does not exist"):
         lab.arguments(tmp_path)
-    (tmp_path / "first.ipynb").write_text("{}")
+    (tmp_path / "my-work").mkdir()
+    (tmp_path / "my-work" / "first.ipynb").write_text("{}")
     assert "--LabApp.default_url=/lab/tree/first.ipynb" in lab.arguments(tmp_path, "first.ipynb")
 
 
