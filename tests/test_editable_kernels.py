@@ -68,3 +68,25 @@ def test_the_copy_is_read_exactly_and_a_changed_copy_is_told_apart():
     assert _function_source(cell, "relu_kernel") == code
     changed = cell.replace("if i < x.size:", "if i <= x.size:")
     assert _function_source(changed, "relu_kernel") != code
+
+
+#: (notebook, editable cell, the start of its stored verdict) for the kernels helpers.editable
+#: checks: the shipped kernel's cell shows PASSED, and nbval compares it on every run.
+VERDICTS = [("notebooks/01_cpu_vs_gpu_throughput.ipynb", "edit-relu-code",
+             "relu_kernel, 1,001 elements, slope 0: PASSED. "),
+            ("notebooks/03_direct_convolution.ipynb", "edit-direct-naive-code",
+             "direct_naive_kernel, x (2, 3, 9, 7), w (4, 3, 3, 3), stride 2, padding 1: PASSED. "),
+            ("notebooks/04_unrolling_im2col_gemm.ipynb", "edit-im2col-code",
+             "im2col_kernel, x (2, 3, 9, 7), 3 x 3 windows, stride 2, padding 1: PASSED. ")]
+
+
+@pytest.mark.parametrize("notebook, cell_id, verdict", VERDICTS, ids=lambda v: str(v)[:40])
+def test_the_editable_cell_stores_a_compared_verdict(notebook, cell_id, verdict):
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    cell = next(c for c in cells if c.get("id") == cell_id)
+    source = "".join(cell["source"])
+    assert "NBVAL_IGNORE_OUTPUT" not in source and "NBVAL_SKIP" not in source
+    shown = ["".join(o.get("data", {}).get("text/plain", "")) for o in cell["outputs"]
+             if o["output_type"] == "execute_result"]
+    assert len(shown) == 1 and shown[0].startswith(verdict), shown
+    assert "FP64" in shown[0]  # compiled: a float64 accumulator would have failed it
