@@ -362,12 +362,14 @@ class ConvExplorer(_Explorer):
             else:
                 self.rows = rows
                 threads = sorted({r["threads"] for r in measured if r.get("threads")})
-                cores = (f" on {'/'.join(map(str, threads))} of {self.worker_cores()} cores"
-                         " (the others busy)" if threads and max(threads) < self.worker_cores()
-                         else f" on {threads[0]} cores" if len(threads) == 1 else "")
+                cores = (f" Measured with {'/'.join(map(str, threads))} of "
+                         f"{self.worker_cores()} cores (the others were busy)."
+                         if threads and max(threads) < self.worker_cores()
+                         else f" Measured with {threads[0]} cores." if len(threads) == 1
+                         else "")
                 noisy = [r["strategy"] for r in measured if style.noisy(r, "q1_ms", "q3_ms")]
                 text = (f"y: (N, K, P, Q) = {plan.cfg.y_shape}; {len(measured)} of {len(rows)} "
-                        f"strategies measured on {where}{cores} in {self.seconds:.1f} s."
+                        f"strategies measured on {where} in {self.seconds:.1f} s.{cores}"
                         + (f" Noisy (quartiles more than 2x apart: the machine is busy): "
                            f"{', '.join(noisy)}." if noisy else "")
                         + (f" Earlier: {self.killed_note}" if self.killed_note else ""))
