@@ -27,7 +27,8 @@ def slow_warm_up() -> None:
     explorers' own (helpers.experiments.live.warm_up), then four seconds more."""
     from helpers.experiments import live
 
-    live.warm_up()
+    for _ in live.warm_up():
+        pass
     time.sleep(4.0)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
+import inspect
 import os
 import pathlib
 import pickle
@@ -71,7 +72,9 @@ def _receive(stream):
 
 
 def _serve(warm_up: tuple[str, str] | None) -> None:
-    """The child's loop: ``(module, name, args, kwargs)`` in, ``(status, value)`` out, where
+    """The child's loop (after ``warm_up``: a function, or a generator function run to its
+    first ``yield`` before the child reports ready and then one step at a time while no call
+    waits): ``(module, name, args, kwargs)`` in, ``(status, value)`` out, where
     status is ``"ok"``, ``"failed"`` or ``"stopped"`` (the call raised
     :class:`helpers.device.cancel.Cancelled`). A control thread reads the standard input, so
     that ``"cancel"`` reaches the call in progress (:func:`helpers.device.cancel.request`).
@@ -94,13 +97,24 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
                 return
 
     threading.Thread(target=control, daemon=True, name="workbook-measure-control").start()
+    warming = None  # a warm-up generator's remaining steps, taken while no call waits
     if warm_up is not None:
         try:
-            getattr(importlib.import_module(warm_up[0]), warm_up[1])()
+            warming = getattr(importlib.import_module(warm_up[0]), warm_up[1])()
+            if inspect.isgenerator(warming):
+                next(warming)
+            else:
+                warming = None
         except Exception:  # noqa: BLE001  (each call reports its own errors)
-            pass
+            warming = None
     _send(replies, ("ready", None))
     while True:
+        if warming is not None and jobs.empty():
+            try:
+                next(warming)
+            except Exception:  # noqa: BLE001  (StopIteration: warm; else each call reports)
+                warming = None
+            continue
         job = jobs.get()
         if job is None:
             return

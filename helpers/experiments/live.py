@@ -61,32 +61,43 @@ def _deadline(budget_s: float | None) -> float | None:
     return None if budget_s is None else time.monotonic() + _BUDGET_SHARE * budget_s
 
 
-def warm_up() -> None:
-    """Once per process: one forward and backward call of every strategy on a 1 x 1 x 8 x 8
-    input with a 3 x 3 filter, and one call of every throughput backend at a tiny size, on
-    the CPU and (when there is one) the GPU. Errors are left for the points to report."""
+def warm_up():
+    """Once per process, a generator the measuring process runs in steps
+    (:class:`helpers.device.worker.Worker`): to its first ``yield`` before it reports ready
+    (the timer's imports and the library's convolution, the one every update measures first),
+    then one step at a time while no call waits: a forward and backward call of every other
+    strategy on a 1 x 1 x 8 x 8 input with a 3 x 3 filter, then one call of every throughput
+    backend at a tiny size, on the CPU and (when there is one) the GPU. Errors are left for the
+    points to report."""
     devices = ["cpu", "cuda"] if backend.MODE == "gpu" else ["cpu"]
     benchmark(lambda: None, min_run_time=1e-3, warmup=0)  # the timer's imports
     tiny = config_for((1, 1, 8, 8), (1, 1, 3, 3))
     gen = torch.Generator().manual_seed(0)
+    first = sorted(STRATEGIES, key=lambda name: not name.startswith("reference"))
     for device in devices:
         where = "cuda" if device == "cuda" else "cpu"
         x = torch.randn(tiny.x_shape, generator=gen).to(where)
         w = torch.randn(tiny.w_shape, generator=gen).to(where)
         dy = torch.randn(tiny.y_shape, generator=gen).to(where)
-        for name, strat in STRATEGIES.items():
+        for name in first:
+            strat = STRATEGIES[name]
             try:
                 if strat.supports(tiny, device) is None:
                     conv2d(x, w, strategy=name, device=device)
                     conv2d_backward(x, w, dy, strategy=name, device=device)
             except Exception:  # noqa: BLE001
                 pass
+            if device == "cuda":
+                torch.cuda.synchronize()
+            yield name
+    for device in devices:
         for experiment, op, n in (("elementwise", "relu", 64), ("gemm", "gemm", 8)):
             for name in throughput.backends_for(device, experiment):
                 try:
                     make_call(experiment, op, name, n, "float32", device)()
                 except Exception:  # noqa: BLE001
                     pass
+                yield name
         if device == "cuda":
             torch.cuda.synchronize()
 
