@@ -5,15 +5,18 @@ and a learner's exception as an error, and fails every planted plausible mistake
 Planted for TODO 1 (conflict_degree): lanes counted instead of distinct words, 16 banks,
 inactive lanes (-1) counted, the number of distinct banks returned, bank = word // 32, a max()
 of nothing when no lane is active, None returned.
-Planted for TODO 2 (transpose_kernel, test_checks_lab6_transpose.py): the naive transpose without shared memory, an unpadded
-32 x 32 tile, the padding on the wrong axis, no cuda.syncthreads(), a tile each thread only
-reads back itself (no barrier), the write's bounds checked on src's axes, the block index not
-swapped for the write, one row a thread instead of four, ``(TILE, TILE + 1)`` in the kernel (it
-does not compile), a float64 tile (NumPy's default dtype), a plain function, a NameError.
+Planted for TODO 2 (transpose_kernel, test_checks_lab6_transpose.py): the naive transpose
+without shared memory, an unpadded 32 x 32 tile, the padding on the wrong axis, no
+cuda.syncthreads(), a tile each thread only reads back itself (no barrier), the write's bounds
+checked on src's axes, the block index not swapped for the write, one row a thread instead of
+four, ``(TILE, TILE + 1)`` in the kernel (it does not compile), a float64 tile (NumPy's default
+dtype), a plain function, a NameError; the access patterns (uncoalesced loads or stores, bank
+conflicts, cuda.syncwarp() for the block's barrier) are in test_checks_lab6_patterns.py.
 Planted for TODO 3 (resident_warps): a partial warp not counted, registers not rounded to the
 allocation unit, the whole register file divided (the study's 17 warps, Section V-C), the
 block limit left out, the warp limit left out, the shared-memory reservation left out, shared
-memory not rounded, a division by zero for a kernel without shared memory.
+memory not rounded, a division by zero for a kernel without shared memory (the warp limit in
+threads and the reservation once per SM or on every GPU: test_checks_lab6_patterns.py).
 The solutions are written here exactly as in labs/solutions/lab6_transpose_and_occupancy.ipynb;
 the planted transposes of TODO 2 are in test_checks_lab6_transpose.py.
 """

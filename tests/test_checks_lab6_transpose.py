@@ -2,7 +2,8 @@
 one without shared memory, an unpadded tile, the padding on the wrong axis, no barrier, the
 bounds or the block index wrong for the write, one row a thread, a shape computed in the kernel,
 a float64 tile, a plain function, a NameError) naming the mistake, and runs and recompiles a
-learner's kernel. The solution and the constants are test_checks_lab6's.
+learner's kernel. The solution and the constants are test_checks_lab6's; the access patterns
+(coalescing, bank conflicts, a warp barrier for a block's) are test_checks_lab6_patterns'.
 """
 
 from __future__ import annotations
@@ -191,11 +192,11 @@ def tr_plain_function(src, dst):
 
 
 TRANSPOSE_WRONG = {
-    "naive, no shared memory": (tr_naive, "in all 5 cases, but the compiler finds no shared "
-                                "memory in it (0 bytes a block)", "it is the naive transpose"),
+    "naive, no shared memory": (tr_naive, "in all 5 cases, but it uses no shared memory",
+                                "it is the naive transpose"),
     "unpadded 32 x 32 tile": (tr_unpadded, "", "32-way bank conflict"),
-    "padding on the wrong axis": (tr_padded_wrong_axis, "",
-                                  "33 x 32 (4,224 bytes), rows of 32 words"),
+    "padding on the wrong axis": (tr_padded_wrong_axis, "`tile` (33 x 32)",
+                                  "32-way bank conflict"),
     "the write bounded by src's axes": (tr_write_bounds_on_src_axes,
                                         "src (H, W) = (64, 32), not square", ""),
     "block index not swapped for the write": (tr_block_not_swapped,
@@ -218,8 +219,9 @@ def test_transpose_fails_each_planted_mistake(planted):
 
 def test_the_unpadded_tile_is_told_its_conflict_degree_from_todo_1():
     message = check_transpose_kernel(tr_unpadded).message
-    assert "conflict_degree(words 0, 32, 64, ..., 992) = 32" in message
-    assert "4,096 bytes" in message and "PADDED = TILE + 1" in message
+    assert "its reads of the shared array `tile` (32 x 32)" in message
+    assert "words 0, 32, 64, ..., 992" in message and "conflict_degree = 32" in message
+    assert "all fall in one bank" in message and "PADDED = TILE + 1" in message
 
 
 def test_the_naive_transpose_is_told_its_writes_are_columns():
@@ -230,6 +232,7 @@ def test_the_naive_transpose_is_told_its_writes_are_columns():
 def test_a_missing_barrier_is_named_whether_or_not_the_values_come_out_right():
     report = check_transpose_kernel(tr_no_syncthreads)
     assert report.status == "failed" and "cuda.syncthreads()" in report.message
+    assert "no barrier orders the read after another thread's write" in report.message
 
 
 def test_a_shape_computed_in_the_kernel_gets_the_compilers_hint():

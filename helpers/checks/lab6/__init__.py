@@ -3,7 +3,8 @@ conflict-free transpose, and occupancy by hand.
 
 :mod:`.banks_and_warps`: the checkers of the TODOs counted by hand (a warp's wavefronts, the
 resident warps per SM). :mod:`.transpose`: the transpose kernel's checker, and running and
-compiling a learner's kernel.
+compiling a learner's kernel; :mod:`.transpose_pattern` judges its accesses as
+:mod:`.recorded` logs them in the simulator, warp by warp.
 """
 
 from helpers.checks.lab6.banks_and_warps import (

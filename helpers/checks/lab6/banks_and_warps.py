@@ -188,12 +188,20 @@ OCCUPANCY_CASES: list[tuple[str, int, int, int, str]] = [
     ("A100", 128, 40, 49152, "48 KB of shared memory a block on compute capability 8.0"),
     ("K40c", 100, 116, 16 * 1024, "116 registers and 16 KB (cuda-convnet2's Table II row) in "
      "blocks of 100 threads"),
+    ("H100", 200, 16, 0, "200 threads are 6.25 warps: the warp limit counts the warp slots "
+     "a block takes, not its threads"),
+    ("H100", 64, 32, 12 * 1024, "12 KB of shared memory a block in blocks of 2 warps: the "
+     "reservation is added to every block"),
 ]
 
 
 def _model(threads, regs, smem, sm, *, partial=True, reg_unit=True, sub_partitions=True,
-           max_blocks=True, max_warps=True, reserve=True, smem_unit=True) -> int:
-    """Resident warps per SM by the occupancy rules, each rule switchable (a mistake model)."""
+           max_blocks=True, max_warps=True, reserve=True, smem_unit=True,
+           warps_as_threads=False, reserve_per_sm=False, reserve_always=False) -> int:
+    """Resident warps per SM by the occupancy rules, each rule switchable (a mistake model):
+    ``warps_as_threads``, the warp limit counted in threads (``max_warps * 32 // threads``);
+    ``reserve_per_sm``, the reservation taken once from the SM; ``reserve_always``, 1 KB
+    reserved a block whatever the compute capability."""
     warps = math.ceil(threads / 32) if partial else threads // 32
     if warps == 0:
         return 0
@@ -208,12 +216,14 @@ def _model(threads, regs, smem, sm, *, partial=True, reg_unit=True, sub_partitio
     if max_blocks:
         limits.append(sm.max_blocks)
     if max_warps:
-        limits.append(sm.max_warps // warps)
+        limits.append(sm.max_warps * 32 // threads if warps_as_threads
+                      else sm.max_warps // warps)
     if smem:
-        need = smem + (sm.smem_reserved_per_block if reserve else 0)
+        reserved = 1024 if reserve_always else sm.smem_reserved_per_block
+        need = smem + (reserved if reserve and not reserve_per_sm else 0)
         if smem_unit:
             need = math.ceil(need / sm.smem_alloc_unit) * sm.smem_alloc_unit
-        limits.append(sm.smem_per_sm // need)
+        limits.append((sm.smem_per_sm - (reserved if reserve_per_sm else 0)) // need)
     return min(limits) * warps
 
 
@@ -233,6 +243,15 @@ _OCC_MISTAKES = [
      lambda *a: _model(*a, reserve=False)),
     ("shared memory is not rounded up to the allocation unit (sm.smem_alloc_unit bytes)",
      lambda *a: _model(*a, smem_unit=False)),
+    ("the warp limit is counted in threads (sm.max_warps * 32 // threads) instead of in warp "
+     "slots (sm.max_warps // ceil(threads / 32)): a partial warp takes a whole slot",
+     lambda *a: _model(*a, warps_as_threads=True)),
+    ("the reservation of sm.smem_reserved_per_block bytes is taken once from the SM's shared "
+     "memory instead of added to every block's",
+     lambda *a: _model(*a, reserve_per_sm=True)),
+    ("1 KB is reserved a block on every GPU instead of sm.smem_reserved_per_block bytes "
+     "(1,024 from compute capability 8.0, 0 before)",
+     lambda *a: _model(*a, reserve_always=True)),
 ]
 
 
@@ -268,8 +287,9 @@ def check_resident_warps(fn) -> Report:
         A :class:`Report` over :data:`OCCUPANCY_CASES` (K40c, T4, A100, H100; block sizes that
         are not warp multiples, registers that round, shared memory that rounds or meets the
         per-block reservation), against :func:`helpers.occupancy.occupancy`'s
-        ``active_warps``; a wrong answer that matches a rule left out is named. Never raises
-        for what ``fn`` does.
+        ``active_warps``; a wrong answer that matches a rule left out or misread is named
+        (the warp limit counted in threads, the reservation taken once per SM or on every
+        GPU, among others). Never raises for what ``fn`` does.
     """
     def run(threads, regs, smem, sm):
         got = fn(threads, regs, smem, sm)

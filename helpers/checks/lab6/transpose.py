@@ -1,11 +1,13 @@
 """Lab 6, TODO 2: the transpose kernel through a padded shared-memory tile, launched and judged.
 
 :func:`run_transpose` launches a learner's ``transpose_kernel(src, dst)`` the lab's way (blocks
-of ``(32, 8)`` threads, a grid of ``(ceil(W / 32), ceil(H / 32))``, ``src: (H, W)`` and
-``dst: (W, H)`` float32 views into larger buffers, ``dst`` poisoned with NaN);
-:func:`check_transpose_kernel` compares it with NumPy's ``.T`` on :data:`TRANSPOSE_SHAPES`, then
-reads what the real compiler made of it for a T4 (:func:`helpers.compiled.compile_kernel`):
-shared memory used, a barrier, and a tile padded so that a column read has no bank conflict.
+of ``(TILE, BLOCK_ROWS)`` threads, the kernel's own globals or ``(32, 8)``, a grid of
+``(ceil(W / TILE), ceil(H / TILE))``, ``src: (H, W)`` and ``dst: (W, H)`` float32 views into
+larger buffers, ``dst`` poisoned with NaN); :func:`check_transpose_kernel` compares it with
+NumPy's ``.T`` on :data:`TRANSPOSE_SHAPES`, judges its accesses as recorded warp by warp in the
+simulator (:mod:`.transpose_pattern`: coalesced loads and stores, no bank conflict, a barrier
+between the tile's writes and reads), and reads what the real compiler made of it for a T4
+(:func:`helpers.compiled.compile_kernel`): shared memory used, a barrier.
 :func:`compile_for_block_rows` compiles it for other block heights, for the occupancy table.
 
 Source: Li et al., ICPP 2016, Section V-C and Figure 6 (shared-memory efficiency; padding as a
@@ -33,45 +35,45 @@ from helpers.checks.lab2 import (
     source_tree,
     written_inside,
 )
-from helpers.experiments.memory_access import conflict_degree
+from helpers.checks.lab6 import transpose_pattern as pattern
+from helpers.checks.lab6.recorded import Recording, SimulatorChanged
 
 __all__ = [
     "BLOCK_ROWS",
     "KERNEL_ARGTYPES",
     "TILE",
     "TRANSPOSE_SHAPES",
-    "UNPADDED_TILE_BYTES",
     "check_transpose_kernel",
     "compile_for_block_rows",
+    "launch_shape",
     "run_transpose",
 ]
 
 TILE = 32           #: edge of the tile a block transposes (and of the grid's blocks)
 BLOCK_ROWS = 8      #: rows of threads a block: each thread copies TILE // BLOCK_ROWS = 4 rows
+#: The tile edges a kernel's own global TILE may take (one block of TILE x BLOCK_ROWS threads a
+#: tile; a warp is one row of 32 threads or two of 16).
+TILES = (16, 32)
 
 #: The kernel's arguments as :func:`run_transpose` passes them (2-D float32 views of larger
 #: buffers, so any layout): what the compiler check compiles it for.
 KERNEL_ARGTYPES: tuple[str, ...] = ("float32[:, :]",) * 2
 
-#: Bytes of an unpadded 32 x 32 float32 tile: the shared memory of a kernel whose column reads
-#: are a 32-way bank conflict.
-UNPADDED_TILE_BYTES = TILE * TILE * 4
-
 #: (H, W) of src in the order the checker tries them, and what each is for.
 TRANSPOSE_SHAPES: list[tuple[tuple[int, int], str]] = [
-    ((64, 64), "a square of 2 x 2 whole tiles"),
-    ((64, 32), "not square: 2 tiles down, 1 across"),
-    ((37, 45), "neither side a multiple of 32: partial tiles at the bottom and right"),
+    ((64, 64), "a square of whole tiles"),
+    ((64, 32), "not square, whole tiles"),
+    ((37, 45), "neither side a multiple of the tile: partial tiles at the bottom and right"),
     ((1, 70), "a single row: most threads of every block have nothing to copy"),
-    ((33, 1), "a single column, one row more than a tile"),
+    ((33, 1), "a single column of 33 rows"),
 ]
 
-_HINT = ("block (bx, by) copies src rows by*32 .. by*32+31, columns bx*32 .. bx*32+31 into "
-         "tile[row, column] (x = bx*32 + tx, y = by*32 + ty, rows y + j for j in range(0, "
-         "TILE, BLOCK_ROWS)); after cuda.syncthreads() it writes that tile to dst with the "
-         "block indices swapped (x = by*32 + tx, y = bx*32 + ty) and the tile read across, "
-         "dst[y + j, x] = tile[tx, ty + j]; every read of src is guarded by src's shape and "
-         "every write of dst by dst's (W, H).")
+_HINT = ("block (bx, by) copies src rows by*TILE .. by*TILE+TILE-1, columns bx*TILE .. "
+         "bx*TILE+TILE-1 into tile[row, column] (x = bx*TILE + tx, y = by*TILE + ty, rows y + j "
+         "for j in range(0, TILE, BLOCK_ROWS)); after cuda.syncthreads() it writes that tile to "
+         "dst with the block indices swapped (x = by*TILE + tx, y = bx*TILE + ty) and the tile "
+         "read across, dst[y + j, x] = tile[tx, ty + j]; every read of src is guarded by src's "
+         "shape and every write of dst by dst's (W, H).")
 
 
 class _OutsideTile(IndexError):
@@ -81,14 +83,42 @@ class _OutsideTile(IndexError):
 # ------------------------------------------------------------------------------------ launch
 
 
+def launch_shape(kernel) -> tuple[int, int]:
+    """``(TILE, BLOCK_ROWS)`` the kernel is launched with: the ints of those names in its
+    globals where its code reads them (the lab's cell defines them), else (32, 8).
+
+    Raises:
+        ValueError: TILE not in :data:`TILES`, or BLOCK_ROWS not a divisor of TILE (the message
+            names the global and its value).
+    """
+    fn = getattr(kernel, "py_func", kernel)
+    names = getattr(getattr(fn, "__code__", None), "co_names", ())
+    env = getattr(fn, "__globals__", {})
+    tile, rows = TILE, BLOCK_ROWS
+    if "TILE" in names and "TILE" in env:
+        tile = env["TILE"]
+        if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile not in TILES:
+            raise ValueError(f"your global TILE is {tile!r}: the check launches one block of "
+                             f"TILE x BLOCK_ROWS threads a TILE x TILE tile, TILE one of "
+                             f"{' or '.join(map(str, TILES))} (the lab's is {TILE})")
+    if "BLOCK_ROWS" in names and "BLOCK_ROWS" in env:
+        rows = env["BLOCK_ROWS"]
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1 \
+                or tile % rows:
+            raise ValueError(f"your global BLOCK_ROWS is {rows!r}: it must divide TILE = "
+                             f"{tile} (the lab's is {BLOCK_ROWS}), each thread copying "
+                             f"TILE // BLOCK_ROWS rows of the tile")
+    return int(tile), int(rows)
+
+
 def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
     """Launch ``kernel(src, dst)`` the lab's way and return dst, which should be ``a.T``.
 
-    Blocks of ``(TILE, BLOCK_ROWS) = (32, 8)`` threads, a grid of ``(ceil(W / 32), ceil(H /
-    32))`` blocks: x along the columns of src. src and dst are views into larger buffers (src's
-    padded with random data, dst's with NaN) and dst starts as NaN, so an element never written
-    shows, and a thread that goes outside its matrix is caught. The lab's stub (its source
-    raises NotImplementedError) is not launched.
+    Blocks of ``(TILE, BLOCK_ROWS)`` threads (:func:`launch_shape`: the lab's ``(32, 8)``),
+    a grid of ``(ceil(W / TILE), ceil(H / TILE))`` blocks: x along the columns of src. src and
+    dst are views into larger buffers (src's padded with random data, dst's with NaN) and dst
+    starts as NaN, so an element never written shows, and a thread that goes outside its
+    matrix is caught. The lab's stub (its source raises NotImplementedError) is not launched.
 
     Args:
         kernel: a ``@cuda.jit`` kernel ``(src, dst)``. a: (H, W), converted to float32,
@@ -99,8 +129,9 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
 
     Raises:
         NotImplementedError: the stub. TypeError: not a CUDA kernel. ValueError: a not 2-D or
-            out of range. IndexError: a thread read or wrote outside src, dst or a shared
-            array (the message says which, with the kernel's line).
+            out of range, or the kernel's TILE or BLOCK_ROWS unusable. IndexError: a thread
+            read or wrote outside src, dst or a shared array (the message says which, with the
+            kernel's line).
     """
     if raises_not_implemented(kernel):
         raise NotImplementedError("the kernel is still the stub: write it, then run its cell")
@@ -111,14 +142,15 @@ def run_transpose(kernel, a: np.ndarray) -> np.ndarray:
         raise ValueError(f"a must be a 2-D array with 1..96 rows and columns, got shape "
                          f"{a.shape}")
     h, w = a.shape
-    grid = (math.ceil(w / TILE), math.ceil(h / TILE))
+    tile, rows = launch_shape(kernel)
+    grid = (math.ceil(w / tile), math.ceil(h / tile))
     _, d_src = padded_device_array(a, TILE, TILE, None, np.random.default_rng(7))
     d_buf, d_dst = padded_device_array(np.full((w, h), np.nan, np.float32), TILE, TILE,
                                        np.nan, None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NumbaPerformanceWarning: tiny grids on a GPU
-            kernel[grid, (TILE, BLOCK_ROWS)](d_src, d_dst)
+            kernel[grid, (tile, rows)](d_src, d_dst)
             cuda.synchronize()
     except IndexError as exc:  # the simulator checks every index
         if "out of bounds" not in str(exc):
@@ -152,39 +184,6 @@ def _calls(kernel, attr: str, owner: str | None = None) -> list[ast.Call]:
     return found
 
 
-def _value(node: ast.AST, env: dict):
-    """The int (or tuple of ints) an expression of literals and global ints stands for, or
-    None: enough to read a ``cuda.shared.array`` shape such as ``(TILE, TILE + 1)``."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        v = env.get(node.id)
-        return int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else None
-    if isinstance(node, ast.Tuple):
-        parts = [_value(e, env) for e in node.elts]
-        return None if any(p is None or isinstance(p, tuple) for p in parts) else tuple(parts)
-    if isinstance(node, ast.BinOp):
-        left, right = _value(node.left, env), _value(node.right, env)
-        if isinstance(left, int) and isinstance(right, int):
-            ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
-                   ast.Mult: lambda x, y: x * y,
-                   ast.FloorDiv: lambda x, y: x // y if y else None}
-            op = ops.get(type(node.op))
-            return op(left, right) if op else None
-    return None
-
-
-def _unpadded_rows(kernel) -> tuple[int, ...] | None:
-    """The shape of a 2-D (or more) shared array of the kernel whose rows are a multiple of 32
-    words long (each column of it lies in one bank), or None."""
-    env = getattr(getattr(kernel, "py_func", kernel), "__globals__", {})
-    for call in _calls(kernel, "array", "shared"):
-        shape = _value(call.args[0], env) if call.args else None
-        if isinstance(shape, tuple) and len(shape) >= 2 and shape[-1] % 32 == 0:
-            return shape
-    return None
-
-
 def _has_barrier(kernel) -> bool:
     return bool(_calls(kernel, "syncthreads"))
 
@@ -192,28 +191,31 @@ def _has_barrier(kernel) -> bool:
 # ---------------------------------------------------------------------------------- checker
 
 
-def _cases() -> list[Case]:
+def _cases(tile: int, rows: int) -> list[Case]:
     rng = np.random.default_rng(61)
     cases = []
     for (h, w), what in TRANSPOSE_SHAPES:
         a = rng.standard_normal((h, w)).astype(np.float32)
-        grid = (math.ceil(w / TILE), math.ceil(h / TILE))
+        grid = (math.ceil(w / tile), math.ceil(h / tile))
         assert not np.allclose(a.T, 0)
         cases.append(Case((a,), a.T.astype(np.float64),
                           f"src (H, W) = ({h}, {w}), {what}; grid {grid[0]} x {grid[1]} blocks "
-                          f"of {TILE} x {BLOCK_ROWS} threads", rtol=0.0))
+                          f"of {tile} x {rows} threads", rtol=0.0))
     return cases
 
 
-def _no_shared(report: Report) -> Report:
+def _no_shared(report: Report, rec: Recording | None) -> Report:
+    store = next((s for s in rec.sites("global") if s.kind == "store"), None) if rec else None
+    measured = (f": the {len(store.example)} lanes of a warp write {store.worst[0]} sectors of "
+                f"32 bytes for {len(store.example) * 4} useful bytes (a store efficiency of "
+                f"{100 * store.ideal / store.sectors:.1f} %, recorded in the simulator)"
+                if store and store.sectors > store.ideal else "")
     return Report(report.name, False, (
-        f"your kernel gives the right dst in all {report.cases_run} cases, but the compiler "
-        "finds no shared memory in it "
-        "(0 bytes a block): it is the naive transpose. Its reads of src are coalesced (a warp "
-        "reads 32 neighbours of a row), but its writes to dst are a column: the 32 lanes of "
-        "a warp write 32 floats a whole row of dst apart, 32 sectors of 32 bytes for 128 "
-        "useful bytes (a store efficiency of 12.5 %). Stage the block's 32 x 32 tile in "
-        "cuda.shared.array so that both the reads of src and the writes of dst are rows."),
+        f"your kernel gives the right dst in all {report.cases_run} cases, but it uses no "
+        "shared memory: it is the naive transpose. Its reads of src are coalesced (a warp "
+        "reads neighbours in a row), but its writes to dst are a column, each lane a whole "
+        f"row of dst from the next{measured}. Stage the block's tile in cuda.shared.array "
+        "so that both the reads of src and the writes of dst are rows."),
         report.cases_run, "failed")
 
 
@@ -229,46 +231,54 @@ def _no_barrier(report: Report) -> Report:
         "nothing: its writes to dst are a column again.)"), report.cases_run, "failed")
 
 
-def _unpadded(report: Report, shape, smem: int) -> Report:
-    column = [k * TILE for k in range(TILE)]        # a column of a tile 32 words a row
-    degree = conflict_degree(column)
-    layout = (f"its shared array is {' x '.join(map(str, shape))} ({smem:,} bytes), rows of "
-              f"{shape[-1]} words" if shape else f"its tile takes {smem:,} bytes, an unpadded "
-              f"{TILE} x {TILE} float32 tile, rows of {TILE} words")
-    return Report(report.name, False, (
-        f"your kernel gives the right dst in all {report.cases_run} cases, but {layout}: the "
-        f"words of a column are "
-        f"{TILE} apart, so all {TILE} lanes of a warp reading a column hit one bank. "
-        f"conflict_degree(words 0, 32, 64, ..., 992) = {degree}: a {degree}-way bank "
-        f"conflict, the read served in {degree} passes instead of 1. Pad each row to "
-        f"{TILE + 1} words (a global constant such as PADDED = TILE + 1, and "
-        f"cuda.shared.array((TILE, PADDED), float32)): row r then starts in bank r, and a "
-        f"column spreads over all {TILE} banks."), report.cases_run, "failed")
+def _record(kernel, tile: int, rows: int) -> tuple[Recording | None, str]:
+    """The recorded launch, or None and why not (the value cases then report the error)."""
+    try:
+        return pattern.record_transpose(kernel, tile, rows), ""
+    except SimulatorChanged as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the learner's kernel, reported by the cases
+        return None, f"the recorded launch raised {type(exc).__name__}"
 
 
 def check_transpose_kernel(kernel) -> Report:
-    """Check the learner's ``transpose_kernel(src, dst)``: dst = src.T through a padded tile.
+    """Check the learner's ``transpose_kernel(src, dst)``: dst = src.T through a padded tile,
+    coalesced on both sides and free of bank conflicts.
 
     Args:
         kernel: a ``@cuda.jit`` kernel; src (H, W) and dst (W, H) float32, launched by
-            :func:`run_transpose` (blocks of 32 x 8 threads, grid (ceil(W/32), ceil(H/32))).
+            :func:`run_transpose` (blocks of TILE x BLOCK_ROWS threads, 32 x 8 in the lab,
+            grid (ceil(W/TILE), ceil(H/TILE))).
 
     Returns:
-        A :class:`~helpers.checks.Report`; never raises for anything the kernel does. The
-        kernel must equal NumPy's ``.T`` exactly on :data:`TRANSPOSE_SHAPES` (a square of whole
-        tiles first, then shapes that are not square or not multiples of 32). A kernel that
-        passes is compiled for a T4 (:func:`helpers.checks.compiler_check`: it fails on a
-        compile error or FP64 instructions), and the compiler's report must show shared memory
-        (0 bytes: the naive transpose, whose writes are columns), a barrier, and a padded tile
-        (an unpadded 32 x 32 float32 tile, :data:`UNPADDED_TILE_BYTES`, or a shared array whose
-        rows are a multiple of 32 words: a 32-way bank conflict on the column reads). Where no
-        compiler can be loaded those three are not checked, and the report says so.
+        A :class:`~helpers.checks.Report`; never raises for anything the kernel does. First
+        the kernel runs once in the simulator on a src of
+        :data:`.transpose_pattern.RECORD_SHAPE` with every access recorded: a shared word read
+        by one thread and written by another with no ``cuda.syncthreads()`` between fails
+        (a ``cuda.syncwarp()`` orders one warp only). Then it must equal NumPy's ``.T``
+        exactly on :data:`TRANSPOSE_SHAPES` (a square of whole tiles first, then shapes that
+        are not square or not multiples of the tile). A kernel that passes is compiled for a
+        T4 (:func:`helpers.checks.compiler_check`: it fails on a compile error or FP64
+        instructions); the compiler's report must show a barrier (where no compiler can be
+        loaded it is not checked, and the report says so). The recorded accesses must use
+        shared memory (none: the naive transpose), and every warp request must touch no more
+        32-byte sectors of src (loads) and dst (stores) than its bytes need, and have no bank
+        conflict on a shared array (loads and stores): a failure names the side, the line, and
+        the degree.
     """
     name = "Lab 6, TODO 2: transpose through a padded shared tile"
     if not (raises_not_implemented(kernel) or is_kernel(kernel)):
         return Report(name, False, f"transpose_kernel is not a CUDA kernel (got "
                       f"{type(kernel).__name__}): put @cuda.jit on the line above `def "
                       f"transpose_kernel(src, dst):` and run that cell again.", 0, "error")
+    try:
+        tile, rows = launch_shape(kernel)
+    except ValueError as exc:
+        return Report(name, False, str(exc), 0, "error")
+    rec, why = (None, "") if raises_not_implemented(kernel) else _record(kernel, tile, rows)
+    race = pattern.race_message(rec, bool(_calls(kernel, "syncwarp"))) if rec else None
+    if race:
+        return Report(name, False, race, 0, "failed")
 
     def guarded(a):
         try:
@@ -278,34 +288,45 @@ def check_transpose_kernel(kernel) -> Report:
                 raise
             hint = (f"the shared tile's indices run over its own shape only (the lab's "
                     f"tile is {TILE} rows of {TILE + 1} words)." if isinstance(exc, _OutsideTile)
-                    else "the grid covers src in whole 32 x 32 tiles, so a block at the bottom "
+                    else "the grid covers src in whole tiles, so a block at the bottom "
                     "or right edge has threads outside the matrix: guard each read with src's "
                     "shape (H, W) and each write with dst's (W, H), after swapping the block "
                     "indices.")
             raise WrongResult(str(exc), hint) from exc
 
-    report = check_cases(name, guarded, _cases(), _HINT)
+    report = check_cases(name, guarded, _cases(tile, rows), _HINT)
     if report.status == "failed" and not _has_barrier(kernel):
         report.message += ("\nNote: your kernel has no cuda.syncthreads(), so a thread can read "
                            "the tile before the other threads have written it.")
     report = compiler_check(report, kernel, KERNEL_ARGTYPES)
     if not report.passed:
         return report
+    if rec is not None and not rec.sites("shared"):
+        return _no_shared(report, rec)
     try:
         result = compiled.compile_kernel(kernel, KERNEL_ARGTYPES, "sm_75")
     except (compiled.CompilerUnavailable, compiled.CompileError, ValueError):
-        report.message += (" (Shared memory, barrier and padding not checked: the compiler "
-                           "could not be run here.)")
-        return report
-    if result.smem_per_block == 0:
-        return _no_shared(report)
-    if result.barriers < 1:
+        result = None
+    if result is not None and result.smem_per_block == 0:
+        return _no_shared(report, rec)
+    if result is not None and result.barriers < 1:
         return _no_barrier(report)
-    shape = _unpadded_rows(kernel)
-    if result.smem_per_block == UNPADDED_TILE_BYTES or shape is not None:
-        return _unpadded(report, shape, result.smem_per_block)
-    report.message += (f" Compiled for a T4: {result.smem_per_block:,} bytes of shared memory "
-                       f"a block, {result.barriers} barrier{'s' if result.barriers > 1 else ''}.")
+    if rec is None:
+        report.message += f" (Coalescing and bank conflicts not checked: {why}.)"
+    else:
+        problem = pattern.coalescing_message(rec) or pattern.conflict_message(rec)
+        if problem:
+            return Report(name, False, f"your kernel gives the right dst in all "
+                          f"{report.cases_run} cases, but {problem}", report.cases_run,
+                          "failed")
+        report.message += pattern.summary(rec)
+    if result is None:
+        report.message += (" (Shared memory and barrier not read from the compiler: it could "
+                           "not be run here.)")
+    else:
+        report.message += (f" Compiled for a T4: {result.smem_per_block:,} bytes of shared "
+                           f"memory a block, {result.barriers} "
+                           f"barrier{'s' if result.barriers > 1 else ''}.")
     return report
 
 
