@@ -152,8 +152,9 @@ class FreeCores:
     """How many of this process's cores other processes left free, since the last :meth:`read`.
 
     Each :meth:`read` compares the busy CPU time of the whole machine with this process's own
-    since the previous read (the first read samples ``first_sample_s`` seconds): what the others
-    used, in cores, is taken from the cores this process may run on, rounded, at least 1.
+    since the previous read (the first read samples ``first_sample_s`` seconds): the cores the
+    others used (a core counts from 70 % busy) are taken from those this process may run on;
+    at least 1 is left.
 
     Args:
         first_sample_s: seconds the first read samples (> 0).
@@ -179,7 +180,8 @@ class FreeCores:
             return self.cores
         wall = now[0] - last[0]
         others = ((now[1] - last[1]) - (now[2] - last[2])) / wall
-        return max(1, min(self.cores, self.cores - round(max(others, 0.0))))
+        taken = int(max(others, 0.0) + 0.3)  # a core counts as taken from 70 % busy
+        return max(1, min(self.cores, self.cores - taken))
 
     @staticmethod
     def _sample() -> tuple[float, float, float] | None:

@@ -29,7 +29,7 @@ class _Plan:
     device: str
     backward: bool
     layer: str
-    #: measurements per strategy, the last one kept (2 for the explorer's first update)
+    #: measurements per strategy, the last one kept
     passes: int = 1
 
 
@@ -53,15 +53,17 @@ class ConvExplorer(_Explorer):
     groups and dilation go beyond the study's layers (depthwise and dilated convolutions).
 
     Nothing is estimated: each ticked strategy is measured in turn (the library first) in a
-    measuring process (:func:`helpers.widgets.live.measuring_worker`: started once, it runs
-    every strategy on a tiny layer first, so that no measurement pays for compiling), after a
-    warm-up call, and drawn as its result arrives; the first update measures each strategy
-    twice and keeps the second (the charts it draws are the ones a page without a kernel
-    shows, so they are taken warm). A strategy still running after
-    ``budget_s`` seconds, or when this update has used ``update_budget_s`` seconds of
-    measuring, is stopped (the process is killed and replaced) and listed as "did not finish
-    in N s". In a kernel, measuring runs in the background: moving a control again stops the
-    measurement in progress and starts over with the new settings.
+    measuring process (:func:`helpers.widgets.live.measuring_worker`: started when the
+    explorer is built, it reports ready once torch's convolution is warm and warms the other
+    strategies while it waits), after a warm-up call, and drawn as its result arrives. Each
+    bar is the median of at least five timed blocks where the budget allows (fewer: no
+    quartile bar, and the hover says so), which also keeps the slow first calls at a new size
+    out of it. A strategy still running after ``budget_s`` seconds, or when this update has
+    used ``update_budget_s`` seconds of measuring, is asked to stop at its next timed block
+    (killed after the worker's grace if it does not; a warm spare takes over) and listed as
+    "did not finish in N s". In a kernel, measuring runs in the background, a burst of moves
+    is one update, and moving a control again stops the measurement in progress and starts
+    over with the new settings.
 
     An invalid layer (e.g. a kernel larger than the padded input) shows the reason in place of
     the charts and leaves the controls as they are. Strategies that were not measured (no code
@@ -261,7 +263,7 @@ class ConvExplorer(_Explorer):
                  + (f", groups {g}" if g > 1 else "")
                  + (f", dilation {v['dilation']}" if v["dilation"] > 1 else ""))
         plan = _Plan(cfg, names, self.device.value, self.backward.value, layer,
-                     passes=1 if self._drawn else 2)
+                     passes=1)
         self.status.value = style.message_html("measuring...", "info")
         self._start(generation, plan)
 
