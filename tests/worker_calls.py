@@ -22,14 +22,18 @@ def ignores_cancel(seconds: float) -> str:
     return "finished"
 
 
+#: Seconds a slow warm-up adds: a replacement that had to start cold would take longer.
+SLOW_S = 8.0
+
+
 def slow_warm_up() -> None:
     """A warm-up as slow as importing torch and compiling kernels on a busy machine: the
-    explorers' own (helpers.experiments.live.warm_up), then four seconds more."""
+    explorers' own (helpers.experiments.live.warm_up), then :data:`SLOW_S` seconds more."""
     from helpers.experiments import live
 
     for _ in live.warm_up():
         pass
-    time.sleep(4.0)
+    time.sleep(SLOW_S)
 
 
 def requested_now() -> bool:
