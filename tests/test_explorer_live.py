@@ -150,6 +150,25 @@ def test_a_hanging_strategy_is_stopped_within_its_budget_and_grace(live_worker):
         worker.plant = {}
 
 
+def test_the_conv_explorer_keeps_the_budget_of_its_first_point(live_worker):
+    """The library is measured first: planted to hang, it is stopped within its budget and the
+    grace, and the other strategy is still measured and drawn."""
+    worker = live_worker
+    worker.plant = {"reference": ("ignores_cancel", 600.0)}
+    try:
+        begun = time.monotonic()
+        ex = widgets.ConvExplorer(use_figurewidget=False, worker=worker,
+                                  strategies=["reference", "im2col-gemm"],
+                                  **{**SMALL, "budget_s": 1.0})
+        assert time.monotonic() - begun < 60
+        status = {r["strategy"]: r["status"] for r in ex.rows}
+        assert status["reference"].startswith("did not finish in 1 s (its budget): stopped")
+        assert status["im2col-gemm"] == "ok"
+        assert list(ex.runtime_chart.figure.data[0].x) == ["im2col-gemm"]
+    finally:
+        worker.plant = {}
+
+
 def test_the_throughput_explorer_keeps_the_budget_of_its_first_size(live_worker):
     worker = live_worker
     worker.plant = {("torch", 1024): ("ignores_cancel", 600.0)}

@@ -66,8 +66,8 @@ def test_a_timed_call_past_its_time_stops_cooperatively_too(tests_importable):
 
 def test_a_call_that_ignores_the_request_is_killed_and_the_spare_takes_over(tests_importable):
     """The spare warmed up while the first child worked: after the kill the next call waits
-    for no start, though every start here takes SLOW_S seconds more than the explorers'."""
-    worker = Worker(warm_up=("worker_calls", "slow_warm_up"), spare=True, grace_s=0.5)
+    for no start, though every start here takes SLEEPY_S seconds."""
+    worker = Worker(warm_up=("worker_calls", "sleepy_warm_up"), spare=True, grace_s=0.5)
     try:
         assert worker.wait_ready()
         assert worker.starts == 2  # the first child, and its spare started once it was ready
@@ -81,7 +81,7 @@ def test_a_call_that_ignores_the_request_is_killed_and_the_spare_takes_over(test
         assert worker.kills == 1
         begun = time.monotonic()
         assert worker.run("math", "sqrt", 9.0, timeout_s=120).value == 3.0
-        assert time.monotonic() - begun < worker_calls.SLOW_S  # the spare was ready
+        assert time.monotonic() - begun < worker_calls.SLEEPY_S  # the spare was ready
         assert worker.starts == 3  # a new spare behind the promoted one
     finally:
         worker.close()

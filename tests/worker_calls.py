@@ -39,3 +39,13 @@ def slow_warm_up() -> None:
 def requested_now() -> bool:
     """Whether a request to stop is pending in this process (it must not be, at a call's start)."""
     return cancel.requested()
+
+
+#: Seconds of :func:`sleepy_warm_up`, far above a call of the standard library.
+SLEEPY_S = 3.0
+
+
+def sleepy_warm_up() -> None:
+    """A warm-up of :data:`SLEEPY_S` seconds that imports nothing (for calls of the standard
+    library only)."""
+    time.sleep(SLEEPY_S)
