@@ -114,3 +114,19 @@ def test_the_timer_stops_at_its_next_block_once_asked():
 def test_bad_grace_raises():
     with pytest.raises(ValueError, match="grace_s"):
         Worker(grace_s=0)
+
+
+def test_a_request_that_arrives_before_its_call_begins_is_kept(tests_importable):
+    """Asked to stop at once, the call stops without its process being killed (the request is
+    not forgotten when the call begins after it)."""
+    worker = Worker(grace_s=60.0)
+    try:
+        assert worker.wait_ready()
+        asked = iter([False, True])  # wanted when sent, unwanted at the first poll
+        out = worker.run("worker_calls", "cooperative", 600.0, timeout_s=3000,
+                         cancelled=lambda: next(asked, True), poll_s=0.0)
+        assert out.status == "stopped" and not out.killed
+        assert worker.kills == 0
+        assert worker.run("worker_calls", "requested_now", timeout_s=120).value is False
+    finally:
+        worker.close()

@@ -92,6 +92,10 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
             if message == "cancel":
                 cancel.request()
                 continue
+            # a new call: forget a request for the one before (the parent sends a call only
+            # once the one before has answered, so a request that follows is for this one,
+            # even if it arrives before the call begins)
+            cancel.clear()
             jobs.put(message)
             if message is None:
                 return
@@ -119,7 +123,6 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
         if job is None:
             return
         module, name, args, kwargs = job
-        cancel.clear()
         try:
             value = getattr(importlib.import_module(module), name)(*args, **kwargs)
         except cancel.Cancelled:
