@@ -340,8 +340,8 @@ def check_ring_all_reduce(fn, *, real: bool = True, real_timeout_s: float = 30.0
         simulated ranks (:func:`helpers.checks.lab9.sim.run_ranks`): a raised exception, a
         misuse of the calls (a buffer written before its send completed, an isend or irecv
         never waited for), a deadlock (where each rank waits), every rank's x against the
-        float64 sum of the inputs (relative tolerance 1e-5) and the ring's bandwidth (in all 2(W - 1) n elements
-        sent, no rank above 2n minus two smallest chunks: :func:`ring_elements`). Then the
+        float64 sum of the inputs (relative tolerance 1e-5) and the ring's bandwidth (in all
+        2(W - 1) n elements sent, no rank above 2n minus two smallest chunks: :func:`ring_elements`). Then the
         learner's source on gloo, W in :data:`REAL_WORLDS` (:func:`.real.run_on_gloo`)
         against ``dist.all_reduce``; where gloo cannot start, the report says so and stays
         passed. Never raises for what ``fn`` does.
