@@ -190,3 +190,9 @@ def test_the_throughput_explorer_keeps_the_budget_of_its_first_size(live_worker)
 
 def test_statistics_notes_for_recorded_rows_stay_silent():
     assert style.timing_note({"median_ms": 1.0}, "q1_ms", "q3_ms") == ""
+
+
+def test_the_charts_and_the_points_agree_on_how_many_blocks_make_quartiles():
+    from helpers.experiments import live
+
+    assert style.MIN_TIMED_BLOCKS == live.MIN_REPEATS

@@ -6,7 +6,9 @@ and Linux's ``/proc`` files, and returns None for what neither can tell.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import time
 
 try:
@@ -19,6 +21,7 @@ __all__ = [
     "FreeCores",
     "cpu_count",
     "cpu_freq_max_hz",
+    "largest_cache_bytes",
     "ram_available_bytes",
     "ram_total_bytes",
     "rss_bytes",
@@ -49,6 +52,21 @@ def cpu_freq_max_hz() -> float | None:
         return None
     freq = psutil.cpu_freq()
     return freq.max * 1e6 if freq and freq.max else None
+
+
+def largest_cache_bytes() -> int | None:
+    """The largest CPU cache of cpu0 in bytes (Linux's sysfs), or None where unreadable."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as fh:
+                found = re.fullmatch(r"(\d+)([KMG]?)", fh.read().strip())
+        except OSError:
+            continue
+        if found:
+            sizes.append(int(found.group(1)) * units[found.group(2)])
+    return max(sizes) if sizes else None
 
 
 def ram_total_bytes() -> int | None:

@@ -11,13 +11,12 @@ best; :func:`findings`: the study's claims beside what the rows show. Rows are t
 
 from __future__ import annotations
 
-import glob
-import pathlib
 import re
 import statistics
 from collections.abc import Iterable, Sequence
 
 from helpers.conv.config import ConvConfig
+from helpers.device import host
 from helpers.experiments.todays_layers.compare import LAYER_TYPES, intensity
 
 __all__ = ["ROOF_TOLERANCE", "INCONSISTENT", "RATE_COLUMNS", "roof_check", "roof_lines",
@@ -90,21 +89,6 @@ def roof_lines(timed: Sequence[dict], roof: dict | None) -> list[str]:
     return out
 
 
-def _largest_cache_bytes() -> int | None:
-    """The largest CPU cache of cpu0 in bytes (Linux sysfs), or None where unreadable."""
-    sizes = []
-    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        try:
-            text = pathlib.Path(path).read_text().strip()
-        except OSError:
-            continue
-        found = re.fullmatch(r"(\d+)([KMG]?)", text)
-        if found:
-            sizes.append(int(found.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[
-                found.group(2)])
-    return max(sizes) if sizes else None
-
-
 def _total_ms(row: dict) -> float:
     return sum(float(ms) for ms in re.findall(r"([\d.]+) ms", row.get("kernels") or ""))
 
@@ -134,7 +118,7 @@ def depthwise_reading(timed: Sequence[dict], roof: dict | None, rows: Sequence[d
     if lib:
         text += (f"; in the library's verbose call on {lib[0]['name']}, layout reorders took "
                  f"{reorder_ms(lib[0]):.3g} of {_total_ms(lib[0]):.3g} ms")
-    most, cache = max(r["bytes"] for r in dw), _largest_cache_bytes()
+    most, cache = max(r["bytes"] for r in dw), host.largest_cache_bytes()
     text += (f"; each layer was timed over and over on the same tensors (x, w and y: at most "
              f"{most / 1e6:.1f} MB" + (f", against a largest cache of {cache / 2**20:.0f} MiB"
                                        if cache else "")
