@@ -82,7 +82,11 @@ def test_a_call_that_ignores_the_request_is_killed_and_the_spare_takes_over(test
         begun = time.monotonic()
         assert worker.run("math", "sqrt", 9.0, timeout_s=120).value == 3.0
         assert time.monotonic() - begun < worker_calls.SLEEPY_S  # the spare was ready
-        assert worker.starts == 3  # a new spare behind the promoted one
+        # a new spare behind the promoted one, started once no call has come for a moment
+        end = time.monotonic() + 30
+        while worker.starts < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert worker.starts == 3
     finally:
         worker.close()
 
@@ -128,5 +132,21 @@ def test_a_request_that_arrives_before_its_call_begins_is_kept(tests_importable)
         assert out.status == "stopped" and not out.killed
         assert worker.kills == 0
         assert worker.run("worker_calls", "requested_now", timeout_s=120).value is False
+    finally:
+        worker.close()
+
+
+def test_the_spare_waits_until_no_call_runs(tests_importable):
+    """A spare started in the middle of an update would import torch beside its measurements:
+    it starts only after SPARE_IDLE_S seconds without a call."""
+    worker = Worker(spare=True)
+    try:
+        for _ in range(3):   # back-to-back calls, as an update makes them
+            assert worker.run("time", "sleep", 2 * Worker.SPARE_IDLE_S, timeout_s=60).status == "ok"
+            assert worker.starts == 1 and worker._spare is None
+        end = time.monotonic() + 30
+        while worker._spare is None and time.monotonic() < end:
+            time.sleep(0.02)
+        assert worker.starts == 2 and worker._spare is not None
     finally:
         worker.close()

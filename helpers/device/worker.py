@@ -14,6 +14,7 @@ import atexit
 import dataclasses
 import importlib
 import inspect
+import math
 import os
 import pathlib
 import pickle
@@ -187,8 +188,11 @@ class Worker:
             kernel compilation), or None.
         start_timeout_s: seconds a child may take to start before :meth:`run` reports the
             call as failed (> 0).
-        spare: keep a second child warming up, started once the first is ready, to take the
-            place of one that is killed (so that the next call waits for no import).
+        spare: keep a second child warming up, to take the place of one that is killed (so
+            that the next call waits for no import). It starts once the first child has
+            been idle for :data:`SPARE_IDLE_S` after a call (or :meth:`wait_ready` is
+            called), so that its imports do not slow the calls of an update (a widget's first
+            chart) on a machine with few cores.
         grace_s: seconds a call asked to stop (no longer wanted, or past its ``timeout_s``)
             may take to stop before its process is killed (> 0).
 
@@ -199,6 +203,9 @@ class Worker:
 
     #: Default seconds a call asked to stop may take before it is killed.
     GRACE_S = 1.0
+
+    #: Seconds without a call after which the spare starts warming up.
+    SPARE_IDLE_S = 0.3
 
     def __init__(self, warm_up: tuple[str, str] | None = None, start_timeout_s: float = 300.0,
                  spare: bool = False, grace_s: float | None = None):
@@ -215,6 +222,7 @@ class Worker:
         self._child: _Child | None = None
         self._spare: _Child | None = None
         self._start_error = ""
+        self._idle_since = time.monotonic()
         #: How many child processes were started (the first, spares, and one after a failure).
         self.starts = 0
         #: How many calls were killed because they ignored a request to stop.
@@ -248,10 +256,10 @@ class Worker:
         if self.spare and (self._spare is None or not self._spare.alive()):
             self._spare = self._new_child()
 
-    def wait_ready(self, timeout_s: float | None = None) -> bool:
+    def wait_ready(self, timeout_s: float | None = None, start_spare: bool = True) -> bool:
         """Start a child if needed and wait up to ``timeout_s`` seconds (default
         ``start_timeout_s``) until it is ready; whether it is. Once it is, the spare (if
-        asked for) starts warming up."""
+        asked for, and ``start_spare``) starts warming up."""
         self._start()
         child = self._child
         if not child.ready:
@@ -268,7 +276,8 @@ class Worker:
                                      f"(exit code {code}; its error is on standard error)")
                 self._kill()
                 return False
-        self._start_spare()
+        if start_spare:
+            self._start_spare()
         return True
 
     def run(self, module: str, name: str, *args: Any, timeout_s: float,
@@ -293,52 +302,84 @@ class Worker:
         with self._lock:
             if cancelled():
                 return Outcome("stopped")
-            if not self.wait_ready():
+            if not self.wait_ready(start_spare=False):
                 self._kill()
                 return Outcome("failed", error=f"RuntimeError: {self._start_error}")
-            child = self._child
-            start = time.monotonic()
+            self._idle_since = math.inf
             try:
-                _send(child.process.stdin, (module, name, args, kwargs))
-            except (OSError, ValueError, pickle.PicklingError) as exc:
-                self._kill()
-                return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
-            why, kill_at = "", None
-            while True:
-                now = time.monotonic()
-                if not why:
-                    why = ("did not finish" if now - start >= timeout_s
-                           else "stopped" if cancelled() else "")
-                    if why:
-                        kill_at = now + self.grace_s
-                        try:
-                            _send(child.process.stdin, "cancel")
-                        except (OSError, ValueError):
-                            kill_at = now
-                if kill_at is not None and now >= kill_at:
-                    self.kills += 1
-                    self._replace()
-                    return Outcome(why, seconds=now - start, killed=True)
-                wait = (kill_at if kill_at is not None else start + timeout_s) - now
-                reply = child.reply(min(poll_s, max(wait, 0.0)))
-                if reply is None:
-                    continue
-                status, value = reply
-                seconds = time.monotonic() - start
-                if status == "gone":
-                    code = child.process.wait(timeout=5)
-                    self._replace()
-                    return Outcome("failed", seconds=seconds,
-                                   error=f"RuntimeError: the measuring process ended "
-                                         f"(exit code {code})")
-                if why:  # asked to stop: whatever it answers, it is not wanted
-                    return Outcome(why, seconds=seconds)
-                if status == "ok":
-                    return Outcome("ok", value, seconds)
-                if status == "stopped":  # stopped by itself (cancel.Cancelled): not asked
-                    return Outcome("failed", seconds=seconds,
-                                   error="Cancelled: the call stopped itself")
-                return Outcome("failed", seconds=seconds, error=value)
+                return self._call(module, name, args, kwargs, timeout_s, cancelled, poll_s)
+            finally:  # the spare warms up once no call has come for a while, not during one
+                self._idle_since = time.monotonic()
+                if self.spare and (self._spare is None or not self._spare.alive()):
+                    self._spare_when_idle()
+
+    def _spare_when_idle(self) -> None:
+        """Start the spare (if still missing) once no call has run for SPARE_IDLE_S seconds
+        and none is running; checked from a timer thread."""
+        def attempt() -> None:
+            idle = time.monotonic() - self._idle_since
+            if idle < self.SPARE_IDLE_S or not self._lock.acquire(blocking=False):
+                wait = self.SPARE_IDLE_S - idle if idle < self.SPARE_IDLE_S else self.SPARE_IDLE_S
+                if math.isfinite(wait):
+                    timer = threading.Timer(max(wait, 0.01), attempt)
+                    timer.daemon = True
+                    timer.start()
+                return   # a call is running: its own end schedules the next attempt
+            try:
+                if self._child is not None and self._child.ready and self._child.alive():
+                    self._start_spare()
+            finally:
+                self._lock.release()
+
+        timer = threading.Timer(self.SPARE_IDLE_S, attempt)
+        timer.daemon = True
+        timer.start()
+
+    def _call(self, module, name, args, kwargs, timeout_s, cancelled, poll_s) -> Outcome:
+        """The body of :meth:`run`, with the lock held and a ready child."""
+        child = self._child
+        start = time.monotonic()
+        try:
+            _send(child.process.stdin, (module, name, args, kwargs))
+        except (OSError, ValueError, pickle.PicklingError) as exc:
+            self._kill()
+            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        why, kill_at = "", None
+        while True:
+            now = time.monotonic()
+            if not why:
+                why = ("did not finish" if now - start >= timeout_s
+                       else "stopped" if cancelled() else "")
+                if why:
+                    kill_at = now + self.grace_s
+                    try:
+                        _send(child.process.stdin, "cancel")
+                    except (OSError, ValueError):
+                        kill_at = now
+            if kill_at is not None and now >= kill_at:
+                self.kills += 1
+                self._replace()
+                return Outcome(why, seconds=now - start, killed=True)
+            wait = (kill_at if kill_at is not None else start + timeout_s) - now
+            reply = child.reply(min(poll_s, max(wait, 0.0)))
+            if reply is None:
+                continue
+            status, value = reply
+            seconds = time.monotonic() - start
+            if status == "gone":
+                code = child.process.wait(timeout=5)
+                self._replace()
+                return Outcome("failed", seconds=seconds,
+                               error=f"RuntimeError: the measuring process ended "
+                                     f"(exit code {code})")
+            if why:  # asked to stop: whatever it answers, it is not wanted
+                return Outcome(why, seconds=seconds)
+            if status == "ok":
+                return Outcome("ok", value, seconds)
+            if status == "stopped":  # stopped by itself (cancel.Cancelled): not asked
+                return Outcome("failed", seconds=seconds,
+                               error="Cancelled: the call stopped itself")
+            return Outcome("failed", seconds=seconds, error=value)
 
     def close(self) -> None:
         """Stop the children (a child is started again by the next :meth:`run`)."""
