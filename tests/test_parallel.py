@@ -324,7 +324,7 @@ def test_a_failed_rank_stops_them_all():
 def test_a_timeout_stops_them_all():
     run_id = "slow-" + uuid.uuid4().hex[:8]
     with pytest.raises(TimeoutError, match="stopped"):
-        parallel.launch(["ddp"], 2, steps=10_000, timeout_s=25, run_id=run_id)
+        parallel.launch(["ddp"], 2, steps=10_000, timeout_s=10, run_id=run_id)
     assert _gone(run_id)
 
 
