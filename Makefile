@@ -23,7 +23,7 @@ WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) +
 help:
 	@echo "make lab     start JupyterLab on your copies in my-work/ (creates the environment if missing)"
 	@echo "make test    run the whole test suite, notebooks included (nbval)"
-	@echo "make test-fast  the tests without the browser and without executing notebooks (for iterating)"
+	@echo "make test-fast  the quick tests: no browser, no notebooks, nothing marked slow (for iterating)"
 	@echo "make test-pythons  the tests that depend on the Python: on 3.12 and 3.13 when found, and a bare GPU server's numpy 2.5"
 	@echo "make test-gpu the same on an NVIDIA GPU: real kernels and timings, GPU-only tests included"
 	@echo "make test-gpu-bare  the tests marked gpu with the machine's python3 and pytest alone (no environment), within ARGS=\"--budget-s N\" (170 s)"
@@ -92,9 +92,11 @@ test-gpu-bare:
 gpu-lease:
 	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m tools.gpu_lease $(ARGS)
 
-# For iterating: the tests in tests/ without the browser and without executing notebooks or labs.
+# For iterating: the quick tests in tests/, without the browser, without executing notebooks or
+# labs, and without the tests marked slow (processes, the real compiler, large simulations);
+# a test that took over 5 s is named at the end (tests/conftest.py).
 test-fast: env
-	$(PY) -m pytest tests -n $(WORKERS) --dist loadfile -m "not browser and not notebook"
+	$(PY) -m pytest tests -n $(WORKERS) --dist loadfile -m "not browser and not notebook and not slow"
 
 run: env
 	@$(PY) -m tools.run_notebooks --out build

@@ -46,3 +46,35 @@ def rng() -> np.random.Generator:
     """A seeded generator, fresh for every test (deterministic data)."""
     return np.random.default_rng(20160816)
 
+
+
+
+#: Seconds a test may take (setup, call and teardown) and still run in ``make test-fast``, which
+#: leaves out the tests marked ``slow``; a longer one is named at the end of such a run, to be
+#: made faster or marked ``slow``. Above the few seconds the first test of a worker may pay
+#: once for what later tests share (the measuring process's start, a simulator's imports).
+FAST_LIMIT_S = 5.0
+
+_seconds: dict[str, float] = {}
+_fast_run: list[bool] = []
+
+
+def pytest_configure(config) -> None:
+    _fast_run.append("not slow" in (config.getoption("markexpr", "") or ""))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if _fast_run and _fast_run[0]:
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """In a run without the slow tests, name the tests that took over FAST_LIMIT_S."""
+    over = sorted(((s, n) for n, s in _seconds.items() if s > FAST_LIMIT_S), reverse=True)
+    if over:
+        terminalreporter.section("slower than make test-fast allows")
+        terminalreporter.write_line(
+            f"{len(over)} tests took over {FAST_LIMIT_S:g} s: make them faster or mark them "
+            "@pytest.mark.slow (they then run in make test only)")
+        for seconds, nodeid in over:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")

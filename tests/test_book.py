@@ -214,6 +214,7 @@ def test_a_formula_the_converter_cannot_read_is_shown_as_tex_and_reported(tmp_pa
         book.tex_to_mathml("\\frac{1}{")
 
 
+@pytest.mark.slow
 def test_every_formula_of_the_notebooks_converts(tmp_path):
     lines: list[str] = []
     pages = book.build_book(tmp_path / "book", ROOT / "notebooks", ROOT / "labs", images=False,

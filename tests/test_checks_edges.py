@@ -212,6 +212,7 @@ def test_tiled_double_buffered_with_one_barrier_is_right_and_not_refused_by_the_
     assert lab2._uses_shared_memory_and_barriers(tiled_double_buffered) is None
 
 
+@pytest.mark.slow
 def test_tiled_bound_right_only_while_m_equals_k_fails_on_the_second_case():
     assert lab2.tiled_shapes(TILE)[0][0] == lab2.tiled_shapes(TILE)[0][1]   # case 1: M == K
     report = lab2.check_gemm_tiled(tiled_a_guarded_by_m_not_k, TILE)
@@ -301,6 +302,7 @@ def memory_that_happens_to_be_zero(monkeypatch):
     return zeroed
 
 
+@pytest.mark.slow
 def test_im2col_padding_left_unwritten_fails_even_where_memory_is_zero(
         memory_that_happens_to_be_zero):
     report = lab3.check_im2col(im2col_with(write_padding=False))

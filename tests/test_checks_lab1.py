@@ -161,6 +161,7 @@ RELU_WRONG = {
 }
 
 
+@pytest.mark.slow
 def test_relu_passes_the_solution():
     report = check_relu(relu_kernel)
     assert report.passed and report.status == "passed"
@@ -278,6 +279,7 @@ SAXPY_WRONG = {
 }
 
 
+@pytest.mark.slow
 def test_saxpy_passes_the_solution():
     report = check_saxpy(saxpy_kernel)
     assert report.passed and report.cases_run == len(lab1.RELU_LAUNCHES)
@@ -484,6 +486,7 @@ def test_relu_computing_in_float64_fails_with_the_line():
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_relu_with_max_passes_only_with_a_float32_zero():
     """What lab 1's TODO 1 says: max(x[i], 0.0) fails the check, max(x[i], float32(0))
     passes."""

@@ -304,6 +304,7 @@ WRONG = {
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_the_solution_passes_every_rule():
     report = check_blocktile_2d(gemm_blocktile_2d_kernel)
     assert report.passed and report.status == "passed", report
@@ -322,6 +323,7 @@ def test_a_plain_function_is_named_as_not_a_kernel():
 
 
 @pytest.mark.parametrize("planted", sorted(WRONG))
+@pytest.mark.slow
 def test_planted_wrong_rungs_fail_naming_the_mistake(planted):
     kernel, phrase = WRONG[planted]
     report = check_blocktile_2d(kernel)
@@ -329,6 +331,7 @@ def test_planted_wrong_rungs_fail_naming_the_mistake(planted):
     assert phrase in report.message, report.message
 
 
+@pytest.mark.slow
 def test_the_right_values_without_the_property_fail_after_every_case():
     """The 1-D reuse, the shared reads in the FMA, the stack and the missing shared memory
     give the right C in every case: only the compiler's report tells them from the rung."""
@@ -339,6 +342,7 @@ def test_the_right_values_without_the_property_fail_after_every_case():
         assert report.message.startswith("your kernel gives the right C in all 6 cases, but")
 
 
+@pytest.mark.slow
 def test_the_partial_k_case_names_its_hint():
     for kernel in (drops_the_partial_k_tile, tiles_not_zero_filled):
         report = check_blocktile_2d(kernel)
@@ -346,6 +350,7 @@ def test_the_partial_k_case_names_its_hint():
         assert "Hint: the last step along K covers only K % BK columns" in report.message
 
 
+@pytest.mark.slow
 def test_the_missing_barrier_is_named_whether_or_not_the_simulator_shows_the_race():
     report = check_blocktile_2d(one_barrier_a_step)
     assert "each step along K needs two" in report.message
@@ -353,6 +358,7 @@ def test_the_missing_barrier_is_named_whether_or_not_the_simulator_shows_the_rac
         assert "\nNote: this is likely why: your kernel's PTX has 1 barrier" in report.message
 
 
+@pytest.mark.slow
 def test_the_1d_kernel_is_right_with_its_own_launch():
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((37, 21)), rng.standard_normal((21, 29))

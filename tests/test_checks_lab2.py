@@ -215,6 +215,7 @@ def gemm_naive_float64_accumulator(a, b, c):
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_naive_with_a_float64_accumulator_fails_naming_the_fix():
     report = check_gemm_naive(gemm_naive_float64_accumulator)
     assert not report.passed and report.status == "failed"

@@ -177,6 +177,7 @@ TILED_WRONG = {
 }
 
 
+@pytest.mark.slow
 def test_tiled_passes_the_solution():
     report = check_gemm_tiled(gemm_tiled_kernel, TILE)
     assert report.passed and report.cases_run == len(lab2.tiled_shapes(TILE))
@@ -188,6 +189,7 @@ def test_tiled_stub_is_not_implemented_yet():
 
 
 @pytest.mark.parametrize("planted", sorted(TILED_WRONG))
+@pytest.mark.slow
 def test_tiled_fails_planted_wrong_kernels(planted):
     kernel, text = TILED_WRONG[planted]
     report = check_gemm_tiled(kernel, TILE)
@@ -196,6 +198,7 @@ def test_tiled_fails_planted_wrong_kernels(planted):
 
 
 @pytest.mark.parametrize("kernel", [tiled_docs_fast_matmul, tiled_early_exit])
+@pytest.mark.slow
 def test_tiled_right_only_for_tile_multiples_passes_case_1_and_fails_case_2(kernel):
     assert lab2.tiled_shapes(TILE)[0] == (2 * TILE, 2 * TILE, TILE)
     report = check_gemm_tiled(kernel, TILE)
@@ -270,6 +273,7 @@ def gemm_tiled_shared_sized_by_the_block(a, b, c):
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_tiled_with_a_run_time_shared_size_fails_as_not_compiling():
     report = check_gemm_tiled(gemm_tiled_shared_sized_by_the_block, TILE)
     assert not report.passed and report.status == "failed"

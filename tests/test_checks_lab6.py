@@ -92,6 +92,7 @@ def resident_warps(threads_per_block, regs_per_thread, smem_per_block, sm):
     return blocks * warps
 
 
+@pytest.mark.slow
 def test_the_solutions_pass():
     assert check_conflict_degree(conflict_degree).status == "passed"
     assert check_resident_warps(resident_warps).status == "passed"

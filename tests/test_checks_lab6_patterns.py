@@ -149,6 +149,7 @@ PATTERN_WRONG = {
 
 
 @pytest.mark.parametrize("planted", sorted(PATTERN_WRONG))
+@pytest.mark.slow
 def test_each_planted_access_pattern_fails_naming_side_and_degree(planted):
     kernel, texts = PATTERN_WRONG[planted]
     report = check_transpose_kernel(kernel)
@@ -157,6 +158,7 @@ def test_each_planted_access_pattern_fails_naming_side_and_degree(planted):
         assert text in report.message, (text, report.message)
 
 
+@pytest.mark.slow
 def test_the_planted_patterns_give_the_right_values():
     """What the pattern checks catch, the values alone would not: each planted kernel is a
     correct transpose (the syncwarp one aside, which the simulator cannot run)."""
@@ -220,6 +222,7 @@ RIGHT = {
 
 
 @pytest.mark.parametrize("right", sorted(RIGHT))
+@pytest.mark.slow
 def test_right_answers_written_differently_pass(right):
     report = check_transpose_kernel(RIGHT[right])
     assert report.status == "passed", report
@@ -227,6 +230,7 @@ def test_right_answers_written_differently_pass(right):
 
 
 @pytest.mark.parametrize("padded", [17, 18])
+@pytest.mark.slow
 def test_a_16_wide_tile_is_told_that_no_padding_frees_both_sides(padded):
     """With TILE = 16 a warp is two rows of 16 lanes: rows of 17 words conflict on the column
     reads (words 17 k + c and 17 k + c + 1 meet in bank c), rows of 18 on the row writes

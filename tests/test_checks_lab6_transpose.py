@@ -210,6 +210,7 @@ TRANSPOSE_WRONG = {
 
 
 @pytest.mark.parametrize("planted", sorted(TRANSPOSE_WRONG))
+@pytest.mark.slow
 def test_transpose_fails_each_planted_mistake(planted):
     kernel, case, text = TRANSPOSE_WRONG[planted]
     report = check_transpose_kernel(kernel)
@@ -217,6 +218,7 @@ def test_transpose_fails_each_planted_mistake(planted):
     assert case in report.message and text in report.message, report.message
 
 
+@pytest.mark.slow
 def test_the_unpadded_tile_is_told_its_conflict_degree_from_todo_1():
     message = check_transpose_kernel(tr_unpadded).message
     assert "its reads of the shared array `tile` (32 x 32)" in message
@@ -224,6 +226,7 @@ def test_the_unpadded_tile_is_told_its_conflict_degree_from_todo_1():
     assert "all fall in one bank" in message and "PADDED = TILE + 1" in message
 
 
+@pytest.mark.slow
 def test_the_naive_transpose_is_told_its_writes_are_columns():
     message = check_transpose_kernel(tr_naive).message
     assert "writes to dst are a column" in message and "12.5 %" in message
@@ -235,6 +238,7 @@ def test_a_missing_barrier_is_named_whether_or_not_the_values_come_out_right():
     assert "no barrier orders the read after another thread's write" in report.message
 
 
+@pytest.mark.slow
 def test_a_shape_computed_in_the_kernel_gets_the_compilers_hint():
     message = check_transpose_kernel(tr_shape_computed_in_the_kernel).message
     assert "cuda.shared.array((TILE, TILE + 1), float32)" in message
@@ -277,6 +281,7 @@ def test_run_transpose_returns_the_transpose_and_refuses_bad_input():
         lab6.run_transpose(tr_plain_function, a)
 
 
+@pytest.mark.slow
 def test_compile_for_block_rows_recompiles_the_kernel_for_each_block_height():
     out = lab6.compile_for_block_rows(transpose_kernel, (4, 8), ("sm_75",))
     assert set(out) == {("sm_75", 4), ("sm_75", 8)}

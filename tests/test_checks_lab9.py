@@ -139,6 +139,7 @@ def test_the_schedule_table_shows_every_chunk_reduced_then_gathered():
 # ------------------------------------------------------------------ TODO 2: the real gloo run
 
 
+@pytest.mark.slow
 def test_the_solution_passes_on_real_gloo_processes_too():
     report = lab9.check_ring_all_reduce(ring_all_reduce)
     assert report and report.status == "passed", str(report)
@@ -178,6 +179,7 @@ def _all_ended(pids):
     return True
 
 
+@pytest.mark.slow
 def test_a_notebook_global_is_a_readable_name_error_and_every_child_ends():
     start = time.monotonic()
     out = lab9_real.run_on_gloo(uses_a_notebook_global, (2,), (7,), timeout_s=60)
@@ -187,12 +189,14 @@ def test_a_notebook_global_is_a_readable_name_error_and_every_child_ends():
     assert time.monotonic() - start < 50 and _all_ended(out.pids)
 
 
+@pytest.mark.slow
 def test_values_wrong_only_on_gloo_fail_with_the_rank_and_index():
     out = lab9_real.run_on_gloo(wrong_only_on_gloo, (2,), (7,), timeout_s=60)
     assert out.status == "failed" and "on W = 2 gloo processes, n = 7" in out.problem
     assert "at index 6" in out.problem and _all_ended(out.pids)
 
 
+@pytest.mark.slow
 def test_a_deadlock_only_on_gloo_is_stopped_at_the_time_limit():
     out = lab9_real.run_on_gloo(hangs_only_on_gloo, (2,), (7,), timeout_s=8)
     assert out.status == "failed", out
@@ -247,6 +251,7 @@ def test_the_fit_recovers_a_planted_latency_and_bandwidth():
     assert math.isinf(bandwidth) and latency > 0
 
 
+@pytest.mark.slow
 def test_a_port_taken_before_gloo_binds_it_is_replaced(monkeypatch):
     """The first port handed to the ranks is held by another socket (as a process that took it
     between the choice and the bind would): the group cannot start there, and the run is made

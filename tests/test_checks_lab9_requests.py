@@ -93,6 +93,7 @@ def test_a_correct_ring_passes_the_simulation(fn):
     assert report and "12 simulated cases" in report.message, str(report)
 
 
+@pytest.mark.slow
 def test_a_correct_irecv_and_send_ring_passes_on_real_gloo_processes_too():
     """torch.distributed's irecv behaves as the simulated one: the same answer passes both."""
     report = lab9.check_ring_all_reduce(ring_irecv_send)

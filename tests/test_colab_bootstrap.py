@@ -154,6 +154,7 @@ def test_a_bad_driver_version_is_refused_by_name():
             plan(bad, COLAB)
 
 
+@pytest.mark.slow
 def test_keep_lists_only_the_workbooks_own_dependencies_that_notebooks_do_not_import():
     names = {Requirement(r).name for r in REQS}
     assert set(cb.KEEP) <= names

@@ -164,6 +164,7 @@ class Frame:
         self.page.close()
 
 
+@pytest.mark.slow
 def test_every_colab_output_draws_when_inserted_after_load(browser, colab_outputs):
     (static, static_html), (first, first_html), (second, second_html) = colab_outputs
 
@@ -194,6 +195,7 @@ def test_every_colab_output_draws_when_inserted_after_load(browser, colab_output
         frame.close()
 
 
+@pytest.mark.slow
 def test_control_plotly_colab_renderer_draws_nothing_when_inserted_after_load(
         browser, colab_outputs):
     """The same figures through plotly's own ``colab`` renderer, each in a fresh frame (as a

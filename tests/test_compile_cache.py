@@ -57,6 +57,7 @@ def test_the_oldest_entries_go_beyond_the_limit(cache, monkeypatch):
     assert len(list(cache.glob("*.json"))) == 3
 
 
+@pytest.mark.slow
 def test_a_second_process_reads_the_compilers_answer_from_disk(cache, monkeypatch):
     """compile_many keeps what the compiler said; a fresh process (an empty in-memory cache)
     then gets the same answer without running the compiler."""
@@ -96,6 +97,7 @@ def test_a_job_claimed_by_one_process_is_waited_for_by_another(cache):
 
 
 @pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+@pytest.mark.slow
 def test_compile_many_waits_for_a_kernel_another_process_is_compiling(cache, monkeypatch):
     """compile_many does not compile a job claimed elsewhere: it waits, then reads the answer
     the other process put (here planted from a real compile), without running the compiler."""

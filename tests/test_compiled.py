@@ -98,6 +98,7 @@ def lab_results():
     return dict(zip(names, compiled.compile_many(jobs)))
 
 
+@pytest.mark.slow
 def test_every_helpers_kernel_compiles_in_float32_without_spills(table):
     assert {r["kernel"] for r in table} == {k.name for k in kernels.KERNELS}
     assert {r["target"] for r in table} == set(TABLE_TARGETS)
@@ -111,6 +112,7 @@ def test_every_helpers_kernel_compiles_in_float32_without_spills(table):
         assert r["compiler"].startswith("numba-cuda ")
 
 
+@pytest.mark.slow
 def test_every_lab_solution_kernel_compiles_in_float32_without_spills(lab_results):
     assert len(lab_results) == 2 * sum(len(v) for v in LAB_ARGTYPES.values())
     bad = {name: (r if isinstance(r, compiled.CompileError) else r.problems())
@@ -119,6 +121,7 @@ def test_every_lab_solution_kernel_compiles_in_float32_without_spills(lab_result
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_direct_tiled_reaches_half_occupancy_on_an_h100(table):
     row = next(r for r in table if r["kernel"] == "direct_tiled_kernel" and r["target"] == "sm_90")
     assert row["regs_per_thread"] <= 64
@@ -151,6 +154,7 @@ def test_the_winograd_kernels_leave_out_their_zero_coefficients():
     assert _multiplies_by_zero(planted) == ["fma.rn.f32 \t%f1, %f2, 0f00000000, %f3;"]
 
 
+@pytest.mark.slow
 def test_the_kept_first_versions_are_the_befores_the_compiler_objects_to(table):
     before = {r["kernel"]: r for r in kernels.compiled_table(("sm_90",), kernels.BEFORE_KERNELS)}
     now = {r["kernel"]: r for r in table if r["target"] == "sm_90"}
@@ -193,6 +197,7 @@ def planted_float32(x, out):
         out[i] = acc * TILE
 
 
+@pytest.mark.slow
 def test_a_float64_accumulator_is_caught_with_its_line_and_fix():
     c = compiled.compile_kernel(planted_float64_accumulator, (F1, F1), "sm_75")
     assert c.fp64_count > 0
@@ -304,6 +309,7 @@ def test_each_spec_names_its_kernel_with_one_type_per_argument():
         kernels.spec("no_such_kernel")
 
 
+@pytest.mark.slow
 def test_sass_shows_the_float64_add_the_gpu_would_run():
     """The SASS (cuobjdump + nvdisasm, installed with the workbook on Linux): the machine code
     of the float64 accumulator adds in double precision (DADD), the float32 one does not."""

@@ -59,6 +59,7 @@ HEALTH = [HealthCheck.filter_too_much, HealthCheck.too_slow]
 @pytest.mark.parametrize("name,device", [c for c in CASES if c not in SLOW])
 @given(data=st.data())
 @settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
+@pytest.mark.slow
 def test_forward_and_backward_match_the_float64_reference(name, device, data):
     _check_case(name, device, data.draw(conv_cases(name), label="case"))
 
@@ -66,6 +67,7 @@ def test_forward_and_backward_match_the_float64_reference(name, device, data):
 @pytest.mark.parametrize("name,device", sorted(SLOW))
 @given(data=st.data())
 @settings(max_examples=8, deadline=None, suppress_health_check=HEALTH)
+@pytest.mark.slow
 def test_shared_memory_kernels_match_the_float64_reference(name, device, data):
     _check_case(name, device, data.draw(conv_cases(name), label="case"))
 
@@ -94,6 +96,7 @@ def _check_case(name, device, case):
 
 
 @pytest.mark.parametrize("name,device", CASES)
+@pytest.mark.slow
 def test_named_awkward_cases(name, device):
     """Batch 1, a 1x1 kernel, a kernel as large as the padded input, stride 3 with padding 2."""
     rng = np.random.default_rng(7)
@@ -259,6 +262,7 @@ def test_registry_families_flops_and_workspace():
         assert s.description and s.devices
 
 
+@pytest.mark.slow
 def test_check_command_reports_every_strategy(capsys):
     from helpers.conv.check import main
 

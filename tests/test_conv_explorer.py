@@ -55,6 +55,7 @@ def _shows_message(explorer) -> bool:
     return explorer.body.children == (explorer.message,)
 
 
+@pytest.mark.slow
 def test_measures_every_ticked_strategy_on_construction(explorer):
     assert _shows_charts(explorer)
     assert explorer.strategies == CPU_STRATEGIES

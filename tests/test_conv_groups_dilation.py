@@ -54,6 +54,7 @@ def _expected_refusal(strategy: str, ws, kw) -> str | None:
 
 @pytest.mark.parametrize("strategy, device", PAIRS, ids=[f"{s}-{d}" for s, d in PAIRS])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.slow
 def test_every_strategy_matches_torch_in_float64_or_refuses_by_name(case, strategy, device):
     x, w, bias, kw = _case(*case)
     y_ref = reference(x, w, bias=bias, **kw)
@@ -138,6 +139,7 @@ def test_a_dilated_filter_too_wide_for_the_tiled_kernels_tile_is_refused_by_name
         conv2d(x, w, dilation=6, strategy="direct-tiled", device="cuda")
 
 
+@pytest.mark.slow
 def test_random_layers_with_groups_and_dilation_match_torch():
     """Seeded random shapes: groups 1, 2 or C; dilation 1, 2 or non-square; odd sizes; stride
     1 or 2; any padding; with and without a bias; three strategies on both devices."""
@@ -169,6 +171,7 @@ def test_random_layers_with_groups_and_dilation_match_torch():
 
 @pytest.mark.parametrize("strategy, runs", [("direct-naive", "forward_naive"),
                                             ("direct-tiled", "forward_tiled")])
+@pytest.mark.slow
 def test_a_depthwise_layer_runs_whole_on_the_depthwise_kernels(strategy, runs, monkeypatch):
     """groups = C on the CUDA path: one launch of the depthwise kernel for all channels (with a
     channel multiplier of 2 here), not one dense launch per channel."""

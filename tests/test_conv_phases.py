@@ -20,6 +20,7 @@ X, W = (2, 3, 12, 12), (4, 3, 5, 5)
     ("direct-naive", "cuda", False, ["direct (y)"]),
     ("im2col-tiled", "cuda", False, ["im2col", "GEMM"]),
 ])
+@pytest.mark.slow
 def test_steps_in_order_with_shares_adding_up(strategy, device, backward, expected):
     x, w = ((1, 2, 6, 6), (2, 2, 3, 3)) if device == "cuda" else (X, W)
     rows = phase_times(strategy, x, w, padding=1, device=device, backward=backward, repeats=2)

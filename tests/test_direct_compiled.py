@@ -51,6 +51,7 @@ def results():
     return dict(zip(labels, done))
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_in_float32_without_spills_stack_or_64_bit_division(results):
     bad = {}
     for label, r in results.items():
@@ -64,6 +65,7 @@ def test_every_kernel_compiles_in_float32_without_spills_stack_or_64_bit_divisio
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_shared_memory_is_what_the_plan_declares(results):
     for label, launch, _, _ in PLANS:
         for t in TARGETS:
@@ -72,6 +74,7 @@ def test_shared_memory_is_what_the_plan_declares(results):
             assert r.occupancy(launch.threads).active_warps >= 8, (label, t)
 
 
+@pytest.mark.slow
 def test_the_inner_step_is_the_register_tile(results):
     """Only the inner loop loads shared memory, and each of its steps does fk * fp FMAs for
     fk + fp shared loads (8 x 4: 32 FMAs per 12 loads), however the compiler unrolled it."""
@@ -100,6 +103,7 @@ def _loop_with_most_ffma(sass: str) -> Counter:
     return best
 
 
+@pytest.mark.slow
 def test_the_sass_inner_loop_is_mostly_arithmetic(results):
     """Unsigned shared-memory indices leave out Numba's negative-index wraparound (five 64-bit
     instructions per load): at least a third of the hot loop's instructions are FFMAs where a

@@ -74,6 +74,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+@pytest.mark.slow
 def test_each_kernel_matches_the_float64_reference(case):
     x_shape, w_shape, stride, padding, dilation = case
     cfg = ConvConfig.from_shapes(x_shape, w_shape, stride, padding, dilation)
@@ -86,6 +87,7 @@ def test_each_kernel_matches_the_float64_reference(case):
        padding=st.tuples(*[st.integers(0, 3)] * 2), dil=st.tuples(*[st.integers(1, 3)] * 2),
        extra=st.tuples(*[st.integers(0, 4)] * 2), seed=st.integers(0, 2**31 - 1))
 @settings(max_examples=12, deadline=None)
+@pytest.mark.slow
 def test_strides_paddings_dilations_and_batch_1_match_the_reference(n, c, k, r, s, stride,
                                                                    padding, dil, extra, seed):
     h = max(1, dil[0] * (r - 1) + 1 - 2 * padding[0]) + extra[0]
@@ -93,6 +95,7 @@ def test_strides_paddings_dilations_and_batch_1_match_the_reference(n, c, k, r, 
     _check(ConvConfig.from_shapes((n, c, h, w), (k, c, r, s), stride, padding, dil), seed)
 
 
+@pytest.mark.slow
 def test_the_dw_split_sums_its_chunks_in_a_fixed_order():
     """Several chunks, tap tiles and filter tiles: the partial sums go through the workspace
     and the reduction, and two runs give the same bits (no atomics)."""
@@ -223,6 +226,7 @@ def test_tiled_supports_names_the_new_limits():
 
 
 @simulator_only
+@pytest.mark.slow
 def test_launch_every_kernel_launches_each_direct_kernel_of_the_table(monkeypatch):
     """helpers.kernels lists the register-blocked kernels by readable names; one call of
     direct.launch_every_kernel() compiles each on a GPU (kernel_resources reads them then)."""

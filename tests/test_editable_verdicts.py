@@ -132,6 +132,7 @@ def test_a_forgotten_lower_bounds_test_is_named(planted):
             "test `hi >= 0`")
 
 
+@pytest.mark.slow
 def test_a_float64_accumulator_fails_at_the_compiler(tmp_path):
     """`acc = 0.0` gives the right values; the compiler's FP64 instructions fail it."""
     try:

@@ -147,6 +147,7 @@ THROUGHPUT_BAD = {
 
 @FAST
 @given(data=st.data())
+@pytest.mark.slow
 def test_throughput_explorer_refuses_each_bad_argument(data):
     name = data.draw(st.sampled_from(sorted(THROUGHPUT_BAD)))
     bad = data.draw(THROUGHPUT_BAD[name], label=name)
@@ -220,6 +221,7 @@ def test_bad_arguments_with_measurement_on_measure_nothing(data):
     assert planted.calls == []
 
 
+@pytest.mark.slow
 def test_strategies_list_is_not_changed():
     names = ["reference", "im2col-gemm"]
     ex = widgets.ConvExplorer(strategies=names, measure=False, use_figurewidget=False)
@@ -295,6 +297,7 @@ def _plain_occupancy():
 @settings(max_examples=40, deadline=None)
 @given(gpu=st.sampled_from(sorted(occ.GPU_ARCH)), threads=st.integers(1, 32).map(lambda w: 32 * w),
        regs=st.integers(1, 255), smem=st.integers(0, 228 * 1024).map(lambda b: b - b % 256))
+@pytest.mark.slow
 def test_occupancy_explorer_updates_for_any_valid_setting(gpu, threads, regs, smem):
     ex = _plain_occupancy()
     ex.set(gpu=gpu, threads_per_block=threads, regs_per_thread=regs, smem_per_block=smem)
@@ -377,6 +380,7 @@ def test_occupancy_accepts_numpy_integers_and_huge_shared_memory(gpu, threads, r
 _NOT_FORECAST = re.compile(r"estimat|about [\d.,]+ s|skipped")
 
 
+@pytest.mark.slow
 def test_a_gemm_too_large_for_its_budget_is_stopped_not_forecast():
     # 5 s a point: a 64 x 64 GEMM (microseconds a call) finishes even on a machine loaded
     # several times over, where busy cores hold the measuring process's threads for seconds;
@@ -399,6 +403,7 @@ def test_a_gemm_too_large_for_its_budget_is_stopped_not_forecast():
     dict(b=128, i=256, f=256, k=15, s=1, c=64, padding=7),  # more memory than the machine
     dict(b=32, i=128, f=1, k=5, s=2, c=64, padding=7),      # seconds a call on a CPU
 ])
+@pytest.mark.slow
 def test_a_large_conv_layer_is_measured_or_stopped_never_forecast(layer):
     ex = widgets.ConvExplorer(device="cpu", budget_s=0.5, update_budget_s=2.0,
                               use_figurewidget=False, **layer)

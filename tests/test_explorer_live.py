@@ -106,6 +106,7 @@ def test_a_burst_of_moves_is_one_update_of_the_last_value():
     assert "(7, 16, 8, 3, 1)" in ex.runtime_chart.figure.layout.title.text
 
 
+@pytest.mark.slow
 def test_a_strategy_that_ignores_a_stop_is_killed_named_and_replaced_warm(tests_importable):
     worker = RedirectWorker({"fft": ("ignores_cancel", 600.0)}, grace_s=0.5, spare=True,
                             warm_up=("worker_calls", "slow_warm_up"))
@@ -134,6 +135,7 @@ def test_a_strategy_that_ignores_a_stop_is_killed_named_and_replaced_warm(tests_
         worker.close()
 
 
+@pytest.mark.slow
 def test_a_hanging_strategy_is_stopped_within_its_budget_and_grace(live_worker):
     worker = live_worker
     worker.plant = {"fft": ("ignores_cancel", 600.0)}
@@ -153,6 +155,7 @@ def test_a_hanging_strategy_is_stopped_within_its_budget_and_grace(live_worker):
         worker.plant = {}
 
 
+@pytest.mark.slow
 def test_the_conv_explorer_keeps_the_budget_of_its_first_point(live_worker):
     """The library is measured first: planted to hang, it is stopped within its budget and the
     grace, and the other strategy is still measured and drawn."""
@@ -173,6 +176,7 @@ def test_the_conv_explorer_keeps_the_budget_of_its_first_point(live_worker):
         worker.plant = {}
 
 
+@pytest.mark.slow
 def test_the_throughput_explorer_keeps_the_budget_of_its_first_size(live_worker):
     worker = live_worker
     worker.plant = {("torch", 1024): ("ignores_cancel", 600.0)}

@@ -105,6 +105,7 @@ def _hide_globs(env) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_workbook_config_applies_and_the_learners_own_wins(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
     mine = tmp_path / "mine"

@@ -83,6 +83,7 @@ dims = st.integers(1, 40)
 @example(m=32, n=16, k=32, seed=2)    # exact multiples, two tiles along M and along K
 @example(m=17, n=17, k=17, seed=3)    # one past a tile in every dimension
 @example(m=3, n=40, k=33, seed=4)     # wide C, three tiles along K, the last of one column
+@pytest.mark.slow
 def test_kernel_matches_float64_matmul(kernel, m, n, k, seed):
     if backend.MODE == "simulator":
         assume(_block_tiles(m, n, k) <= MAX_BLOCK_TILES)
@@ -219,6 +220,7 @@ def _tiled_no_zero_fill_kernel(a, b, c):
 
 @pytest.mark.parametrize("bad_kernel", [_tiled_skips_tail_kernel, _tiled_no_zero_fill_kernel],
                          ids=["skips-tail-tile", "no-zero-fill"])
+@pytest.mark.slow
 def test_check_catches_a_kernel_right_only_for_tile_multiples(bad_kernel):
     # K = 16: no partial tile, the broken kernel is right, so multiples alone would miss it ...
     a, b = _operands(20, 17, 17, 16)

@@ -61,6 +61,7 @@ SHAPES = [(1, 1, 1), (37, 29, 21), (3, 70, 9), (65, 66, 9)]
 
 @pytest.mark.parametrize("kernel", [r.name for r in g.RUNGS if r.number != 3])
 @pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.slow
 def test_every_rung_matches_float64_on_odd_shapes(kernel, m, n, k):
     a, b = _operands(m * 1000 + n * 10 + k, m, n, k)
     _check(g.gemm(a, b, kernel), a.astype(np.float64) @ b.astype(np.float64))
@@ -102,6 +103,7 @@ SMALL_PREFETCH = r6.Config(32, 32, 8, 4, 4, prefetch=True)   # rung 7's kernel, 
     (64, 62, 16, False),    # N not a multiple of 4: rows not 16-byte aligned
     (31, 33, 8, False),     # smaller than one tile
 ])
+@pytest.mark.slow
 def test_vectorized_whole_tiles_and_edges(cfg, m, n, k, fast):
     plan = r6.tiles(cfg, m, n, k, vec=(n % 4 == 0 and k % 4 == 0))
     assert any(not guarded for guarded, _, _ in plan) == fast
@@ -162,6 +164,7 @@ def test_without_a_gpu_autotune_refuses_and_the_default_is_chosen():
 
 @pytest.mark.parametrize("m, n, kd, min_chunk", [(37, 29, 1000, 256), (5, 3, 50, 16),
                                                   (70, 66, 33, 256), (1, 1, 1, 256)])
+@pytest.mark.slow
 def test_split_k_matches_float64(monkeypatch, m, n, kd, min_chunk):
     monkeypatch.setattr(g.launch, "SPLITK_MIN_CHUNK", min_chunk)
     splits, chunk = g.splitk_plan(m, n, kd)
@@ -197,6 +200,7 @@ def ladder():
         pytest.skip(str(exc))
 
 
+@pytest.mark.slow
 def test_every_rung_compiles_in_float32_without_spills(ladder):
     for target, rows in ladder.items():
         for r in rows:
@@ -204,18 +208,21 @@ def test_every_rung_compiles_in_float32_without_spills(ladder):
             assert r["spill_bytes"] == 0, (target, r["name"])
 
 
+@pytest.mark.slow
 def test_ffma_per_shared_load_rises_rung_by_rung(ladder):
     ratios = [r["ffma_per_shared_load"] for r in ladder["sm_90"] if r["rung"] in (3, 4, 5, 6)]
     assert ratios == sorted(ratios) and len(set(ratios)) == 4
     assert ratios[0] == pytest.approx(0.5) and ratios[-1] == pytest.approx(16.0)
 
 
+@pytest.mark.slow
 def test_ffma_per_global_load_rises_rung_by_rung(ladder):
     ratios = [r["ffma_per_global_load"] for r in ladder["sm_90"]]
     assert ratios[0] == ratios[1] == pytest.approx(0.5)
     assert ratios[2:6] == sorted(ratios[2:6]) and len(set(ratios[2:6])) == 4
 
 
+@pytest.mark.slow
 def test_the_vectorized_rungs_load_128_bits_and_keep_two_blocks_an_sm(ladder):
     for r in ladder["sm_90"]:
         if r["rung"] >= 6:
@@ -225,6 +232,7 @@ def test_the_vectorized_rungs_load_128_bits_and_keep_two_blocks_an_sm(ladder):
             assert r["vector_loads"] == 0
 
 
+@pytest.mark.slow
 def test_split_k_and_the_edge_kernels_compile_clean():
     names = ("gemm_vectorized_edges_kernel", "gemm_autotuned_edges_kernel",
              "gemm_nt_splitk_kernel", "gemm_splitk_reduce_kernel")
@@ -240,6 +248,7 @@ def test_split_k_and_the_edge_kernels_compile_clean():
         assert res.mix.div64 == 0, name
 
 
+@pytest.mark.slow
 def test_every_candidate_tile_size_compiles_clean_both_ways():
     """Rung 7 may launch any candidate, at whole tiles or at the edges: none may spill."""
     from helpers.conv.gemm.rung7_autotuned import kernel_for

@@ -56,6 +56,7 @@ def _files(out) -> list[str]:
     return sorted(p.name for p in out.iterdir())
 
 
+@pytest.mark.slow
 def test_a_lease_records_tier_one_runs_the_tests_then_tier_two(worker, tmp_path):
     out = tmp_path / "out"
     rows, archive, code = gpu_lease.lease(out, budget_s=300, tests_s=60, dry_run=True,
@@ -69,6 +70,7 @@ def test_a_lease_records_tier_one_runs_the_tests_then_tier_two(worker, tmp_path)
     assert "3 passed, 1 skipped" in gpu_lease._tests_line(out / gpu_lease.TESTS_LOG)
 
 
+@pytest.mark.slow
 def test_tier_two_waits_for_enough_time(worker, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_lease, "_TIER_TWO_MIN_S", 10_000.0)
     rows, _, code = gpu_lease.lease(tmp_path / "out", budget_s=300, tests_s=60, dry_run=True,
@@ -76,6 +78,7 @@ def test_tier_two_waits_for_enough_time(worker, tmp_path, monkeypatch):
     assert [r["part"] for r in rows] == ["first"] and code == 0
 
 
+@pytest.mark.slow
 def test_a_stop_during_the_tests_runs_nothing_after_them(worker, tmp_path):
     """The stop comes once the tests have begun (they write a file), not after a set time."""
     stop, begun = threading.Event(), tmp_path / "tests-begun"
@@ -100,6 +103,7 @@ def test_a_stop_during_the_tests_runs_nothing_after_them(worker, tmp_path):
     assert "stopped by a signal" in gpu_lease._tests_line(tmp_path / "out" / gpu_lease.TESTS_LOG)
 
 
+@pytest.mark.slow
 def test_failing_tests_fail_the_call(worker, tmp_path):
     failing = [sys.executable, "-c", "print('== 1 failed, 2 passed in 0.2s =='); exit(1)"]
     _, _, code = gpu_lease.lease(tmp_path / "out", budget_s=300, tests_s=60, dry_run=True,
@@ -126,6 +130,7 @@ def test_without_a_gpu_it_stops_at_once(capsys):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_sigterm_during_the_tests_packs_and_prints_the_headline_last(tmp_path):
     """The real dry run: tier one on the CPU, then SIGTERM as the GPU tests begin."""
     out = tmp_path / "out"

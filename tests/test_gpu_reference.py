@@ -88,6 +88,7 @@ def _holds_only_the_summary_and_archive(out: pathlib.Path) -> None:
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_dry_run_runs_every_part(dry_run):
     proc, out, _ = dry_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -110,12 +111,14 @@ def test_dry_run_runs_every_part(dry_run):
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_dry_run_writes_nothing_to_results(dry_run):
     _, _, before = dry_run
     assert _results_snapshot() == before
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_dry_run_prints_the_summary_and_the_headline_last(dry_run):
     proc, out, _ = dry_run
     lines = proc.stdout.strip().splitlines()
@@ -129,6 +132,7 @@ def test_dry_run_prints_the_summary_and_the_headline_last(dry_run):
 
 
 @pytest.mark.each_python
+@pytest.mark.slow
 def test_dry_run_archive_holds_every_file_under_the_limit(dry_run):
     _, out, _ = dry_run
     (archive,) = out.glob(f"{ref.PREFIX}*.tar.gz")
@@ -142,6 +146,7 @@ def test_dry_run_archive_holds_every_file_under_the_limit(dry_run):
     assert {f"results/{ref.PREFIX}logs/{p.name}.log" for p in ref.PARTS} <= logs
 
 
+@pytest.mark.slow
 def test_resume_keeps_what_was_recorded_and_redoes_a_lost_part(dry_run, tmp_path):
     proc, out, _ = dry_run
     assert proc.returncode == 0
@@ -208,6 +213,7 @@ def planted(tmp_path, monkeypatch):
     worker.close()
 
 
+@pytest.mark.slow
 def test_planted_parts_each_get_their_own_status(planted, tmp_path):
     catalogue = (_planted("fine", "fine", needs_numba=False),
                  _planted("crash", "crash", needs_numba=False),
@@ -233,6 +239,7 @@ def test_planted_parts_each_get_their_own_status(planted, tmp_path):
     _holds_only_the_summary_and_archive(out)
 
 
+@pytest.mark.slow
 def test_a_crash_in_a_gpu_only_part_fails_the_dry_run(planted, tmp_path):
     """Without its own exit status, a refusal and a crash looked the same to the dry run."""
     catalogue = (_planted("gpu-crash", "crash", gpu_only=True, needs_numba=False),
@@ -242,6 +249,7 @@ def test_a_crash_in_a_gpu_only_part_fails_the_dry_run(planted, tmp_path):
     assert [r["status"] for r in rows] == ["crashed", "failed"]
 
 
+@pytest.mark.slow
 def test_what_a_running_part_saves_is_packed_before_it_ends(planted, tmp_path, monkeypatch):
     """A kill during a long part loses only what the part had not saved yet."""
     monkeypatch.setattr(ref, "_DRY_BUDGET_S", 600.0)
@@ -269,6 +277,7 @@ def test_what_a_running_part_saves_is_packed_before_it_ends(planted, tmp_path, m
     assert {r["part"]: r["status"] for r in done[0][0]}["long"] == "stopped"
 
 
+@pytest.mark.slow
 def test_parts_run_in_the_order_named_and_by_tier(planted, tmp_path):
     catalogue = (_planted("a", "fine", needs_numba=False),
                  dataclasses.replace(_planted("b", "refuse", gpu_only=True,
@@ -281,6 +290,7 @@ def test_parts_run_in_the_order_named_and_by_tier(planted, tmp_path):
     assert [r["part"] for r in rows] == ["b"]
 
 
+@pytest.mark.slow
 def test_a_part_that_does_not_fit_the_time_left_is_skipped_with_the_reason(planted, tmp_path,
                                                                             monkeypatch):
     monkeypatch.setattr(ref, "_DRY_BUDGET_S", 1e4)   # far more than the run's whole budget
@@ -293,6 +303,7 @@ def test_a_part_that_does_not_fit_the_time_left_is_skipped_with_the_reason(plant
     assert archive.exists()
 
 
+@pytest.mark.slow
 def test_a_numba_failure_skips_only_the_parts_that_need_numba(planted, tmp_path, monkeypatch):
     real = Worker.run
 
@@ -312,6 +323,7 @@ def test_a_numba_failure_skips_only_the_parts_that_need_numba(planted, tmp_path,
 
 
 @simulator_only
+@pytest.mark.slow
 def test_sigterm_stops_packs_prints_the_headline_and_resume_completes(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "helpers.experiments.gpu_reference", "--dry-run", "--out",

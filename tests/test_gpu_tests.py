@@ -35,6 +35,7 @@ def _blocked_pytest(args: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_the_gpu_tests_collect_without_what_a_server_lacks():
     modules = gpu_tests.gpu_test_modules()
     argv = gpu_tests.command(modules)[3:]  # after "python -m pytest"

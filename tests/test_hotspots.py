@@ -61,6 +61,7 @@ def test_classify_leaves_uninformative_names_alone(name):
     assert classify(name) is None
 
 
+@pytest.mark.slow
 def test_grouping_of_a_tiny_cnn_covers_every_layer_type_and_sums_to_one():
     p = profile_module(_tiny_cnn(), (4, 3, 16, 16), iterations=2, num_classes=10)
     shares = p.shares
@@ -375,6 +376,7 @@ def test_profile_models_past_deadline_profiles_nothing():
     assert skipped == [("overfeat", SKIPPED), ("vgg16", SKIPPED)]
 
 
+@pytest.mark.slow
 def test_profile_models_without_deadline_profiles_every_network():
     profiles, skipped = hotspots.profile_models([("overfeat", 71)], 1, 1, threads=1,
                                                 deadline=None)
@@ -420,6 +422,7 @@ def test_command_rejects_a_time_limit_that_is_not_positive(value, capsys):
     assert exc.value.code == 2 and "--time-limit must be > 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_command_saves_no_cpu_profiles_even_with_out(tmp_path, capsys):
     assert main(["--model", "overfeat", "--batch", "1", "--input", "71", "--iterations", "1",
                  "--threads", "1", "--save", "--out", str(tmp_path)]) == 0

@@ -240,6 +240,7 @@ def test_no_kernel_is_launched_past_the_deadline(monkeypatch):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_every_registered_kernel_is_launched_so_that_the_gpu_compiles_it(monkeypatch):
     # measure() reads the figures of compiled kernels: one never launched has no row
     launched = set()

@@ -183,6 +183,7 @@ def test_module_docstrings_are_short():
     assert not long, f"module docstrings over 15 lines (the essay belongs in a notebook): {long}"
 
 
+@pytest.mark.slow
 def test_compute_layers_import_without_plotly_ipywidgets_or_jupyter():
     """Every compute module imports in a process where the front-end packages cannot load."""
     compute = sorted(n for n in MODULES
@@ -237,6 +238,7 @@ def test_the_kernel_table_loads_kernels_only_from_layers_below_it():
         assert any(m == b or m.startswith(b + ".") for b in below), m
 
 
+@pytest.mark.slow
 def test_a_main_module_runs_only_as_a_program():
     """Importing a package's ``__main__`` (a documentation tool, an IDE) prints nothing and
     does not exit: its work sits under ``if __name__ == "__main__":``. One process imports them

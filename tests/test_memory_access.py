@@ -193,6 +193,7 @@ def test_recorded_timings_are_read_and_labelled(tmp_path, monkeypatch):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_command_line_without_a_gpu(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     assert ma.main([]) == 0

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from jupyterlab_server.workspaces_handler import WorkspacesManager
 
 from helpers.notebook import SETUP_CELL
@@ -56,6 +57,7 @@ def test_a_copy_leaves_out_nbval_markers_and_keeps_everything_else(tmp_path):
     assert not (tmp_path / lab.WORK_DIR / "labs" / "solutions").exists()
 
 
+@pytest.mark.slow
 def test_a_copys_setup_cell_is_one_line_that_does_the_local_job(tmp_path):
     """The setup cell of every original starts with SETUP_MARK (helpers.notebook.SETUP_CELL,
     which tests/test_colab.py holds them to); a copy's is SETUP_LINE, which imports helpers (as

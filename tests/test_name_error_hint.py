@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import nbformat
+import pytest
 
 from tools import run_notebooks
 
@@ -26,6 +27,7 @@ def _text(cell) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_a_check_run_before_its_todo_cell_says_what_to_run():
     cells = _run("import helpers\nfrom helpers import notebook\nnotebook.setup()",
                  "check(relu_kernel)", "1 + 1")

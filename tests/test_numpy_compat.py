@@ -91,6 +91,7 @@ def test_numba_cuda_still_needs_the_fix(without_fix):
     assert "row_stack" in without_fix["error"], without_fix
 
 
+@pytest.mark.slow
 def test_with_the_fix_a_kernel_compiles_under_numpy_2_5(with_fix):
     assert with_fix["installed"], with_fix
     assert with_fix["compiled"], with_fix.get("error")

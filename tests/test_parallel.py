@@ -150,6 +150,7 @@ def test_amdahl_and_the_ring_model():
     assert parallel.ring_allreduce_seconds(1e9, 1000, 1.0, 0.0) == pytest.approx(1.998)
 
 
+@pytest.mark.slow
 def test_pipeline_split_is_the_whole_model():
     model = training_cnns.build("resnet20", 3, 2, 32, seed=0)
     x = parallel_ranks.images(32)[0][:5]
@@ -207,6 +208,7 @@ def _max_rel(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-12)) for k in b)
 
 
+@pytest.mark.slow
 def test_ddp_on_two_ranks_trains_as_one_process(tmp_path):
     steps, world, b = 3, 2, 8
     rows = parallel.launch(["check"], world, batch=b, steps=steps, workdir=tmp_path)
@@ -231,6 +233,7 @@ def two_ranks():
     return rows, run_id
 
 
+@pytest.mark.slow
 def test_ddp_row_splits_the_step(two_ranks):
     rows, run_id = two_ranks
     assert _gone(run_id)
@@ -249,6 +252,7 @@ def test_ddp_row_splits_the_step(two_ranks):
     assert ddp["efficiency"] == pytest.approx(ddp["speedup"] / 2)
 
 
+@pytest.mark.slow
 def test_pipeline_gives_the_unsplit_loss(two_ranks):
     rows, _ = two_ranks
     pipe = [r for r in rows if r["experiment"] == "pipeline"]
@@ -271,6 +275,7 @@ def test_pipeline_gives_the_unsplit_loss(two_ranks):
     assert pipe[0]["loss"] != pytest.approx(pipe[2]["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_allreduce_rows(two_ranks):
     rows, _ = two_ranks
     red = [r for r in rows if r["experiment"] == "allreduce"]
@@ -314,6 +319,7 @@ def test_failure_cause_names_the_ranks_error_not_torchruns_report():
     assert parallel.failure_cause(_TORCHRUN_REPORT.splitlines()) is None
 
 
+@pytest.mark.slow
 def test_a_failed_rank_stops_them_all():
     run_id = "fail-" + uuid.uuid4().hex[:8]
     with pytest.raises(RuntimeError, match="failed on purpose"):
@@ -321,6 +327,7 @@ def test_a_failed_rank_stops_them_all():
     assert _gone(run_id)
 
 
+@pytest.mark.slow
 def test_a_timeout_stops_them_all():
     run_id = "slow-" + uuid.uuid4().hex[:8]
     with pytest.raises(TimeoutError, match="stopped"):
@@ -328,6 +335,7 @@ def test_a_timeout_stops_them_all():
     assert _gone(run_id)
 
 
+@pytest.mark.slow
 def test_an_interrupt_stops_them_all(tmp_path):
     run_id = "intr-" + uuid.uuid4().hex[:8]
     code = ("from helpers.experiments import parallel\n"
@@ -354,6 +362,7 @@ def test_an_interrupt_stops_them_all(tmp_path):
     assert gone
 
 
+@pytest.mark.slow
 def test_command_line_saves_and_recorded_reads(tmp_path, capsys):
     assert parallel.main(["--ranks", "1", "--quick", "--save", "--out", str(tmp_path)]) == 0
     ds = results.find(parallel.PREFIX, tmp_path)
@@ -374,6 +383,7 @@ def test_command_line_refuses_what_the_machine_cannot_hold(tmp_path, capsys, no_
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_process_tracking_without_psutil(monkeypatch):
     """A bare GPU server may lack psutil: /proc gives the same descendants and memory."""
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])

@@ -180,6 +180,7 @@ def test_gemm_schedule_adds_up_to_the_blocks_tile_of_c(m, n, k, block):
     np.testing.assert_allclose(acc[:want.shape[0], :want.shape[1]], want, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_gemm_schedule_agrees_with_the_real_tiled_kernel():
     m, n, k, block = 20, 64, 27, (2, 1)
     rng = np.random.default_rng(11)

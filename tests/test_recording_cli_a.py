@@ -39,6 +39,7 @@ def _read(path: pathlib.Path) -> list[dict]:
 # ------------------------------------------------------------ a bare GPU server's packages
 
 
+@pytest.mark.slow
 def test_helpers_import_and_report_without_psutil_tqdm_or_pynvml():
     script = textwrap.dedent("""
         import importlib.abc, sys
@@ -210,6 +211,7 @@ def test_gpu_numba_gemm_call_computes_the_product(name):
 # -------------------------------------------------------------------------------- conv_bench
 
 
+@pytest.mark.slow
 def test_conv_bench_quick_saves_conv5_to_out(tmp_path, capsys):
     assert conv_bench.main(["--quick", "--device", "cpu", "--save", "--out", str(tmp_path)]) == 0
     rows = _read(tmp_path / "conv_table1_b1_cpu.csv")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Modules of these commands (and what they import of ours that the others do not).
@@ -57,6 +59,7 @@ def _run(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           check=False)
 
 
+@pytest.mark.slow
 def test_the_modules_import_without_psutil_tqdm_pynvml_or_torchvision():
     proc = _run(f"""
         import importlib, time
@@ -78,6 +81,7 @@ def test_the_modules_import_without_psutil_tqdm_pynvml_or_torchvision():
     assert f"imported {len(MODULES)}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_hotspots_and_training_run_on_a_bare_server(tmp_path):
     proc = _run(f"""
         from helpers.experiments import hotspots

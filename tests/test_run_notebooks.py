@@ -67,10 +67,12 @@ def run(tmp_path_factory):
             "ip_bad_before": ip_bad_before}
 
 
+@pytest.mark.slow
 def test_exit_code_is_1_when_a_notebook_fails(run):
     assert run["code"] == 1
 
 
+@pytest.mark.slow
 def test_one_line_per_notebook_and_a_total(run):
     lines = run["stdout"].strip().splitlines()
     good, bad, dies = lines[0], lines[1], lines[2]
@@ -83,6 +85,7 @@ def test_one_line_per_notebook_and_a_total(run):
     assert re.fullmatch(r"3 notebooks, 1 ok, 2 failed, \d+\.\d min in all", lines[-1])
 
 
+@pytest.mark.slow
 def test_kernel_output_is_shown_only_when_the_kernel_fails(run):
     """A cell's error is the cell's business: nothing of the kernel's own log under it. A dead
     kernel's report goes on with what the kernel process printed."""
@@ -98,6 +101,7 @@ def test_kernel_output_is_shown_only_when_the_kernel_fails(run):
     assert all(ln.endswith("starting it again") for ln in run["ip_stderr"].splitlines())
 
 
+@pytest.mark.slow
 def test_executed_notebooks_and_html_land_in_out(run):
     out = run["out"]
     assert sorted(p.name for p in out.iterdir()) == [
@@ -115,12 +119,14 @@ def test_executed_notebooks_and_html_land_in_out(run):
     assert bad.cells[2].outputs == []  # execution stopped at the error
 
 
+@pytest.mark.slow
 def test_sources_are_not_modified_when_writing_to_out(run):
     src = nbformat.read(run["good"], as_version=4)
     assert [c.source for c in src.cells] == list(GOOD)
     assert all(not c.outputs for c in src.cells)
 
 
+@pytest.mark.slow
 def test_in_place_refreshes_only_notebooks_that_ran(run):
     assert run["ip_code"] == 1, run["ip_stderr"]
     lines = run["ip_stdout"].strip().splitlines()
@@ -134,6 +140,7 @@ def test_in_place_refreshes_only_notebooks_that_ran(run):
     assert sorted(p.name for p in run["ip_dir"].iterdir()) == ["01_good.ipynb", "02_bad.ipynb"]
 
 
+@pytest.mark.slow
 def test_a_cell_timeout_is_one_line(tmp_path):
     """A timed-out cell's error message repeats the cell's source over many lines: the report
     keeps its first line. The kernel's own log (its shutdown, here) is not the cause."""

@@ -35,6 +35,7 @@ def _displayed(monkeypatch, module) -> list:
                                        use_figurewidget=False,
                                        reference_prefix="__no_reference_results__"),
 ], ids=["conv", "occupancy", "throughput"])
+@pytest.mark.slow
 def test_an_explorer_is_one_output_whose_fallback_is_a_static_copy(make):
     """Displayed, an explorer is one output: the widget, and for front ends without widgets
     (the book, notebook viewers) a static copy of each chart, as the widget's own fallback;
@@ -114,6 +115,7 @@ def test_every_explorer_in_the_notebooks_stores_a_static_chart():
     assert found >= 3
 
 
+@pytest.mark.slow
 def test_the_book_draws_the_explorers_static_charts(tmp_path):
     pages = book.build_book(tmp_path / "book", ROOT / "notebooks", ROOT / "labs",
                             only=["01", "06", "07"], images=False)

@@ -83,6 +83,7 @@ TINY = Preset("tiny", (1, 8, 2, 3, 1), 1, range(1, 3), range(6, 9, 2), range(2, 
               range(3, 6, 2), range(1, 3), 1, "a test preset")
 
 
+@pytest.mark.slow
 def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
     # Table I at batch 1 is too slow for a unit test: keep only its smallest layer.
     monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])
@@ -97,6 +98,7 @@ def test_a_preset_gives_a_row_for_every_point_strategy_and_device(monkeypatch):
     assert sum(r["status"] == "ok" for r in rows) >= len(pts) * 4  # the four CPU strategies
 
 
+@pytest.mark.slow
 def test_the_rows_so_far_are_handed_over_after_each_pass(monkeypatch):
     """A run stopped later keeps what the passes before it measured (the command saves them)."""
     monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])
@@ -112,6 +114,7 @@ def test_the_rows_so_far_are_handed_over_after_each_pass(monkeypatch):
     assert all(r in rows for p in passes for r in p)
 
 
+@pytest.mark.slow
 def test_command_writes_csv_and_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PRESETS, "tiny", TINY)
     monkeypatch.setattr("helpers.experiments.sweep.presets.TABLE_I", TABLE_I[3:4])

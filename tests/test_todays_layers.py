@@ -152,6 +152,7 @@ def test_the_representative_layers_are_torchvisions(listed, torchvision):
 
 
 @pytest.mark.parametrize("cfg", tc.REPRESENTATIVE, ids=lambda c: tc.layer_type(c))
+@pytest.mark.slow
 def test_every_cpu_strategy_matches_float64_or_refuses_by_name(cfg):
     gen = torch.Generator().manual_seed(1)
     x, w = torch.randn(cfg.x_shape, generator=gen), torch.randn(cfg.w_shape, generator=gen)
@@ -167,6 +168,7 @@ def test_every_cpu_strategy_matches_float64_or_refuses_by_name(cfg):
         assert rel_error(y, y64) <= tc.tolerance(name), name
 
 
+@pytest.mark.slow
 def test_the_cuda_path_checks_tiny_copies_in_the_simulator():
     strategies = ("direct-naive", "direct-tiled", "im2col-gemm", "fft", "winograd")
     for cfg in tc.REPRESENTATIVE:
@@ -277,6 +279,7 @@ def test_without_torchvision_the_networks_say_so(monkeypatch):
     assert [r["strategy"] for r in rows if r["experiment"] == "strategy"] == ["reference"] * 5
 
 
+@pytest.mark.slow
 def test_save_and_recorded_round_trip_with_provenance(tmp_path, torchvision):
     assert tl.main(["--quick", "--strategies", "", "--save", "--out", str(tmp_path)]) == 0
     (csv_path,) = tmp_path.glob(f"{tl.PREFIX}*.csv")

@@ -97,6 +97,7 @@ def test_make_rejects_unknown_names_and_cifar_is_never_downloaded_by_default(tmp
     assert not any(tmp_path.iterdir())  # nothing fetched
 
 
+@pytest.mark.slow
 def test_cifar10_wrapper_with_the_files_present(tmp_path, monkeypatch):
     # No download: torchvision's CIFAR10 is replaced by a stand-in holding 4 images, so the
     # wrapper's transforms and metadata are checked offline.

@@ -52,6 +52,7 @@ def test_the_launcher_refuses_arrays_of_another_layer():
         unroll.launcher("im2col_fast", torch.zeros(1, 2, 6, 6), torch.zeros(18, 16), cfg)
 
 
+@pytest.mark.slow
 def test_the_window_kernels_divide_in_32_bits_only():
     """The first kernels' PTX holds 64-bit divisions and remainders (ten per element for
     im2col); the window kernels' holds none."""

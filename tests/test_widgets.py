@@ -108,6 +108,7 @@ def test_figurewidget_not_used_in_vscode(monkeypatch):
 # ------------------------------------------------------------------------------- explorer
 
 
+@pytest.mark.slow
 def test_explorer_measures_on_construction(explorer):
     assert _shows_charts(explorer)
     assert explorer.rows and all(r["status"] == "ok" for r in explorer.rows)
@@ -129,6 +130,7 @@ def test_explorer_without_measuring():
     assert len(ex.throughput_chart.figure.data) == 0
 
 
+@pytest.mark.slow
 def test_changing_the_largest_size_redraws(explorer):
     explorer.size_max.value = 100_000
     assert _shows_charts(explorer)
@@ -136,6 +138,7 @@ def test_changing_the_largest_size_redraws(explorer):
     assert max(_xs(explorer.runtime_chart)) == 100_000
 
 
+@pytest.mark.slow
 def test_changing_the_dtype_redraws(plain_explorer):
     explorer = plain_explorer
     explorer.dtype.value = "bfloat16"
@@ -147,6 +150,7 @@ def test_changing_the_dtype_redraws(plain_explorer):
     assert "not measured" in explorer.status.value
 
 
+@pytest.mark.slow
 def test_bad_input_shows_a_message_then_recovers(explorer):
     before = _xs(explorer.throughput_chart)
     runtime_before = len(_shown_figure(explorer.runtime_chart).data)
@@ -252,6 +256,7 @@ def test_the_update_budget_is_shared_by_the_points():
     assert len(planted.calls) == 4
 
 
+@pytest.mark.slow
 def test_changing_a_control_while_measuring_stops_the_measurement_in_progress():
     planted = PlantedWorker(blocking={("torch", 3162)})
     ex = widgets.ThroughputExplorer(use_figurewidget=False, worker=planted, measure=False,

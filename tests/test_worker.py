@@ -38,6 +38,7 @@ def test_an_error_is_reported_not_raised(worker):
     assert worker.run("math", "sqrt", 4.0, timeout_s=120).value == 2.0  # the same child goes on
 
 
+@pytest.mark.slow
 def test_a_call_past_its_time_is_killed_and_the_next_one_runs(worker):
     worker.wait_ready()
     starts = worker.starts
@@ -50,6 +51,7 @@ def test_a_call_past_its_time_is_killed_and_the_next_one_runs(worker):
     assert worker.run("math", "sqrt", 9.0, timeout_s=120).value == 3.0
 
 
+@pytest.mark.slow
 def test_a_call_no_longer_wanted_is_stopped(worker):
     worker.wait_ready()
     wanted = threading.Event()

@@ -64,6 +64,7 @@ def test_a_timed_call_past_its_time_stops_cooperatively_too(tests_importable):
         worker.close()
 
 
+@pytest.mark.slow
 def test_a_call_that_ignores_the_request_is_killed_and_the_spare_takes_over(tests_importable):
     """The spare warmed up while the first child worked: after the kill the next call waits
     for no start, though every start here takes SLEEPY_S seconds."""
@@ -120,6 +121,7 @@ def test_bad_grace_raises():
         Worker(grace_s=0)
 
 
+@pytest.mark.slow
 def test_a_request_that_arrives_before_its_call_begins_is_kept(tests_importable):
     """Asked to stop at once, the call stops without its process being killed (the request is
     not forgotten when the call begins after it)."""
@@ -136,6 +138,7 @@ def test_a_request_that_arrives_before_its_call_begins_is_kept(tests_importable)
         worker.close()
 
 
+@pytest.mark.slow
 def test_the_spare_waits_until_no_call_runs(tests_importable):
     """A spare started in the middle of an update would import torch beside its measurements:
     it starts only after SPARE_IDLE_S seconds without a call."""
