@@ -47,8 +47,6 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20160816)
 
 
-
-
 #: Seconds a test may take (setup, call and teardown) and still run in ``make test-fast``, which
 #: leaves out the tests marked ``slow``; a longer one is named at the end of such a run, to be
 #: made faster or marked ``slow``. Above the few seconds the first test of a worker may pay
