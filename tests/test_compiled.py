@@ -141,6 +141,7 @@ def _multiplies_by_zero(ptx: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_the_winograd_kernels_leave_out_their_zero_coefficients():
     """IEEE arithmetic keeps x * 0 (NaN * 0 is NaN), so a constant 0 in a transform matrix
     still costs an FMA unless the kernel leaves the term out itself (notebook 10)."""
@@ -274,6 +275,7 @@ def test_fp64_scan_counts_arithmetic_not_moves():
     assert {f["line"] for f in found} == {4} and found[0]["source"] == "acc += c"
 
 
+@pytest.mark.slow
 def test_kernels_command_prints_every_kernel_and_target(capsys):
     assert kernels.main(["--targets", "sm_75", "sm_90"]) == 0
     out = capsys.readouterr().out

@@ -106,6 +106,7 @@ def test_default_strategies_without_a_gpu_are_those_with_cpu_code():
     assert ex.rows == [] and len(ex.runtime_chart.figure.data) == 0
 
 
+@pytest.mark.slow
 def test_moving_a_slider_remeasures(fast_explorer):
     ex = fast_explorer
     before_ms = _bars(ex.runtime_chart)
@@ -141,6 +142,7 @@ def test_set_changes_several_sliders_and_measures_once():
         ex.set(kernel=3)
 
 
+@pytest.mark.slow
 def test_kernel_larger_than_padded_input_shows_the_reason_then_recovers(fast_explorer):
     ex = fast_explorer
     ex.k.value = 15  # input 16, padding 0: still fits
@@ -159,6 +161,7 @@ def test_kernel_larger_than_padded_input_shows_the_reason_then_recovers(fast_exp
     assert ex.message_text == ""
 
 
+@pytest.mark.slow
 def test_a_strategy_that_cannot_run_is_listed_with_its_reason(fast_explorer):
     ex = fast_explorer
     ex.strategy_boxes["direct-tiled"].value = True  # CUDA only
@@ -172,6 +175,7 @@ def test_a_strategy_that_cannot_run_is_listed_with_its_reason(fast_explorer):
     assert "no cpu implementation" in ex.notes.value
 
 
+@pytest.mark.slow
 def test_a_layer_too_large_for_memory_is_refused_with_the_estimate(fast_explorer):
     ex = fast_explorer
     ex.set(b=128, i=256, f=256, c=64, k=15)
@@ -249,6 +253,7 @@ def test_every_update_measures_once_with_at_least_five_blocks(monkeypatch):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_cuda_in_the_simulator_reports_why_nothing_is_timed(fast_explorer):
     ex = fast_explorer
     ex.device.value = "cuda"
@@ -263,6 +268,7 @@ def test_cuda_in_the_simulator_reports_why_nothing_is_timed(fast_explorer):
     assert list(_bars(ex.runtime_chart)) == ["im2col-gemm", "reference"]
 
 
+@pytest.mark.slow
 def test_unticking_a_strategy_removes_it(fast_explorer):
     ex = fast_explorer
     ex.strategy_boxes["im2col-gemm"].value = False
@@ -325,6 +331,7 @@ def test_quartile_bars_reach_the_quartiles_and_never_below_zero():
     assert up_ms == [pytest.approx(1.0)]
 
 
+@pytest.mark.slow
 def test_groups_and_dilation_set_the_layer_and_a_bad_groups_shows_why(fast_explorer):
     ex = fast_explorer
     ex.set(c=4, f=4, groups=4, dilation=2)          # a depthwise, dilated layer

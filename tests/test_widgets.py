@@ -182,6 +182,7 @@ def test_bad_input_shows_a_message_then_recovers(explorer):
             assert explorer.status.value == ""
 
 
+@pytest.mark.slow
 def test_message_text_is_escaped(plain_explorer):
     explorer = plain_explorer
     explorer.show_message("<script>alert(1)</script>")
@@ -190,6 +191,7 @@ def test_message_text_is_escaped(plain_explorer):
     assert _shows_message(explorer)
 
 
+@pytest.mark.slow
 def test_switching_to_gemm_resets_sizes_and_measures(plain_explorer):
     explorer = plain_explorer
     explorer.op.value = "gemm"
@@ -271,6 +273,7 @@ def test_changing_a_control_while_measuring_stops_the_measurement_in_progress():
     assert all(r["status"] == "ok" for r in ex.rows)
 
 
+@pytest.mark.slow
 def test_unexpected_error_shows_a_message(plain_explorer):
     class Broken(PlantedWorker):
         def run(self, *args, **kwargs):
