@@ -129,6 +129,7 @@ def test_moving_a_slider_remeasures(fast_explorer):
     assert "forward:" in ex.runtime_chart.figure.layout.title.text
 
 
+@pytest.mark.slow
 def test_set_changes_several_sliders_and_measures_once():
     planted = PlantedWorker()
     ex = widgets.ConvExplorer(use_figurewidget=False, strategies=["im2col-gemm", "reference"],
@@ -300,6 +301,7 @@ def test_unexpected_error_shows_a_message():
     assert "RuntimeError" in ex.message_text and "device on fire" in ex.message_text
 
 
+@pytest.mark.slow
 def test_figurewidget_mode_shows_the_bars():
     ex = widgets.ConvExplorer(use_figurewidget=True, strategies=["reference"], **SMALL)
     fw = ex.runtime_chart.widget.children[0]

@@ -70,6 +70,7 @@ def test_the_static_copy_cannot_close_its_script_early():
     assert json.loads(match.group(2))["data"][0]["x"] == ["</script><b>x</b>"]
 
 
+@pytest.mark.slow
 def test_the_conv_explorer_says_which_device_measured():
     explorer = widgets.ConvExplorer(**SMALL_CONV)
     assert explorer.made_on == f"measured on {timing.device_label('cpu')}"
@@ -80,6 +81,7 @@ def test_the_occupancy_explorer_says_it_calculated():
     assert "K40c" in explorer.made_on and "not measured" in explorer.made_on
 
 
+@pytest.mark.slow
 def test_a_message_in_place_of_the_charts_is_what_the_copy_shows():
     explorer = widgets.ConvExplorer(**SMALL_CONV)
     explorer.set(i=8, k=15)  # a kernel larger than the input: an invalid layer
