@@ -51,8 +51,16 @@ env: $(VENV)/.synced
 lab: env
 	@$(PY) -m tools.lab --port $(PORT)
 
+# make test runs the tests marked alone last, by themselves: they time something under a load
+# they set up (notebook 06's explorer beside two busy cores), which other tests running beside
+# them would add to. ALONE names the files that hold them. Both parts run; either failing fails.
+ALONE := tests/test_browser.py
+
 test: env
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile
+	@status=0; \
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not alone" || status=$$?; \
+	$(PY) -m pytest -m alone $(ALONE) || status=$$?; \
+	exit $$status
 
 # The tests that depend on the Python and numpy a learner has (tools/test_pythons.py): the tests
 # marked each_python and notebooks 03 and 07 on Python 3.12 and 3.13 where this machine has them

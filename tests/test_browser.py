@@ -25,6 +25,7 @@ import sys
 import time
 
 import nbformat
+import psutil
 import pytest
 
 from helpers.conv import STRATEGIES, config_for
@@ -273,16 +274,44 @@ def test_make_lab_opens_the_start_notebook_and_hides_build_folders(browser, tmp_
         server.stop()
 
 
+def busy_elsewhere(sample_s: float = 1.0) -> int:
+    """How many processes outside this test's own tree (JupyterLab, its kernels, the measuring
+    processes and Chromium are ours) are CPU-bound, that is used at least a quarter of a core
+    over ``sample_s`` seconds: other tests, CPU hogs started by whoever runs the suite. (Two
+    spinning processes that share two cores with our own work get about half a core each.)"""
+    me = psutil.Process()
+    ours = {me.pid, *(c.pid for c in me.children(recursive=True))}
+    before: dict[int, tuple[psutil.Process, float]] = {}
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid not in ours:
+                times = proc.cpu_times()
+                before[proc.pid] = proc, times.user + times.system
+        except psutil.Error:  # gone, or not ours to read
+            pass
+    time.sleep(sample_s)
+    bound = 0
+    for proc, start in before.values():
+        try:
+            times = proc.cpu_times()
+            bound += times.user + times.system - start >= 0.25 * sample_s
+        except psutil.Error:
+            pass
+    return bound
+
+
 @pytest.fixture
 def cpu_hogs():
-    """Starts, when called with a count, that many processes that keep a core busy each,
-    until the test ends."""
+    """Keeps ``count`` CPU-bound processes running beside the test until it ends: called with
+    a count, finds how many run already (:func:`busy_elsewhere`) and starts one that spins on a
+    core for each one missing. Returns the processes it started and the number found."""
     hogs: list[subprocess.Popen] = []
 
-    def start(count: int) -> list[subprocess.Popen]:
+    def start(count: int) -> tuple[list[subprocess.Popen], int]:
+        busy = busy_elsewhere()
         hogs.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                    for _ in range(count))
-        return hogs
+                    for _ in range(max(0, count - busy)))
+        return hogs, busy
 
     yield start
     for hog in hogs:
@@ -326,17 +355,21 @@ def measuring_starts(page) -> int:
 BURST_TARGET_S = 4.0
 
 
+@pytest.mark.alone
 def test_conv_explorer_slider_redraws_runtime_chart(page, lab, cpu_hogs):
     """Notebook 06, both cores busy with other work: six quick presses on the batch slider
     (2 -> 8) are one update, of b = 8: every ticked strategy that supports the layer is
     measured and drawn for it, the library's bar included, none stopped or refused for time,
     within :data:`BURST_TARGET_S` of the last press; the measuring process is not replaced
-    (started at most once more: a spare)."""
+    (started at most once more: a spare). Marked ``alone``: other tests beside it would add to
+    the load it sets up."""
     errors, cell, runtime, before = explorer_runtime_chart(
         page, lab, "06_head_to_head.ipynb", ".widget-slider", "kernel size k")
     assert "(b, i, f, k, s) = (2, 32, 16, 5, 1)" in before["title"]
     starts = measuring_starts(page)
-    hogs = cpu_hogs(2)  # from here on, both cores of a 2-core machine have other work
+    # from here on, two CPU-bound processes run beside the explorer: both cores of a 2-core
+    # machine have other work (where the suite runs beside hogs already, fewer are started)
+    hogs, busy = cpu_hogs(2)
 
     slider = cell.locator(".widget-slider", has_text="batch b")
     slider.locator(".noUi-handle").focus()
@@ -361,14 +394,15 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab, cpu_hogs):
         else:
             assert name in drawn, (name, drawn, notes)
     assert not re.search(r"did not finish|refused|skipped|did not stop", notes), notes
-    print(f"six presses -> final chart: {took:.1f} s after the last press (two hogs)")
+    print(f"six presses -> final chart: {took:.1f} s after the last press ({len(hogs)} hogs "
+          f"started, {busy} CPU-bound processes running before them)")
     assert took <= BURST_TARGET_S, f"{took:.1f} s after the last press: {notes}"
     assert measuring_starts(page) <= starts + 1
     assert all(p.poll() is None for p in hogs)  # the cores were busy all along
     for hog in hogs:  # the rest (screenshots) needs no busy cores
         hog.kill()
     finish(page, cell, errors, "06_conv_explorer.png")
-    readme_picture(page, cell, before, after, busy_processes=len(hogs))
+    readme_picture(page, cell, before, after, busy_processes=len(hogs) + busy)
 
 
 def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):

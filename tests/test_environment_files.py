@@ -93,6 +93,18 @@ def test_makefile_has_the_workbook_targets():
     assert phony and {"lab", "test", "run"} <= set(phony.group(1).split())
 
 
+def test_make_test_runs_the_tests_marked_alone_from_the_files_it_names():
+    """make test runs ``pytest -m alone`` on the files its ALONE names only, after the rest: a
+    test marked alone anywhere else would not run at all."""
+    text = (ROOT / "Makefile").read_text()
+    named = re.search(r"^ALONE\s*:=\s*(.+)$", text, flags=re.M).group(1).split()
+    assert '-m "not alone"' in text and "-m alone $(ALONE)" in text
+    mark = re.compile(r"^(@pytest\.mark\.alone|pytestmark = .*\balone\b)", flags=re.M)
+    marked = {str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("test_*.py")
+              if mark.search(f.read_text())}
+    assert marked and marked <= set(named), (marked, named)
+
+
 def test_ci_runs_make_test():
     ci = ROOT / ".ci" / "run"
     commands = [ln.strip() for ln in ci.read_text().splitlines()
