@@ -326,9 +326,66 @@ def _launch_bounds(ref: dict):
     return getattr(disp, "targetoptions", {}).get("launch_bounds")
 
 
+#: Numba's front end's output (an NVVM IR library) for each kernel compiled in this process,
+#: by kernel, argument types, line information and lowering class (see :func:`_front_end`),
+#: kept for the same kernel's jobs on the other targets.
+_LIBRARIES: dict[tuple, object] = {}
+
+
+def _front_end(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
+               lineinfo: bool):
+    """The kernel's NVVM IR library from Numba's front end (typing, lowering), which NVVM then
+    compiles for any target; None where this numba-cuda lacks the function its ``compile``
+    uses for that (``_compile_pyfunc_with_fixup``).
+
+    The front end costs more than each NVVM compilation after it, and a kernel is compiled for
+    two to four targets: it runs once per kernel and argument types. Its output does not
+    depend on the target, except where Numba's lowering picks instructions older GPUs lack
+    (float64 atomic add before compute capability 6.0, ``tanh.approx`` before 7.5): every
+    target here is 7.5 or newer, and the key keeps older ones apart should one be added."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.cuda import compiler
+
+    run = getattr(compiler, "_compile_pyfunc_with_fixup", None)
+    if run is None:
+        return None
+    whose = (key, lineinfo, cc >= (7, 5), cc >= (6, 0))
+    if whose not in _LIBRARIES:
+        with global_compiler_lock:
+            _LIBRARIES[whose], _ = run(fn, argtypes, lineinfo=lineinfo, device=False, cc=cc,
+                                       abi="numba", launch_bounds=launch_bounds)
+    return _LIBRARIES[whose]
+
+
+def _ptx_and_code(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
+                  lto: bool) -> tuple[str, bytes]:
+    """The kernel's PTX with line information (which source line each instruction comes from),
+    and what nvJitLink is given to find its resources as Numba gets them on a GPU: with
+    nvJitLink, Numba compiles kernels without line information to LTO-IR and links them with
+    link-time optimisation (``lto``), which allocates registers differently from PTX (and line
+    information can change that allocation too), else that PTX."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.cuda import compiler
+
+    with_lines = _front_end(key, fn, argtypes, cc, launch_bounds, lineinfo=True)
+    if with_lines is None:  # another numba-cuda: its public compile, one front end each
+        ptx, _ = compiler.compile(fn, argtypes, cc=cc, device=False, abi="numba",
+                                  output="ptx", lineinfo=True, launch_bounds=launch_bounds)
+        if not lto:
+            return ptx, ptx.encode()
+        code, _ = compiler.compile(fn, argtypes, cc=cc, device=False, abi="numba",
+                                   output="ltoir", launch_bounds=launch_bounds)
+        return ptx, bytes(code)
+    with global_compiler_lock:
+        (ptx,) = with_lines.get_asm_strs(cc=cc)
+        if not lto:
+            return ptx, ptx.encode()
+        plain = _front_end(key, fn, argtypes, cc, launch_bounds, lineinfo=False)
+        return ptx, bytes(plain.get_ltoir(cc=cc))
+
+
 def _compile_one(job: dict) -> dict:
     from numba.core import types as nbtypes
-    from numba.cuda import compile_ptx
 
     ref, arch = job["kernel"], job["target"]
     name, padded = ref["name"], None
@@ -338,8 +395,9 @@ def _compile_one(job: dict) -> dict:
         argtypes = tuple(eval(t, {"__builtins__": {}}, namespace)  # noqa: S307 - type names
                          for t in job["argtypes"])
         cc = (int(arch[3:-1]), int(arch[-1]))  # "sm_90" -> (9, 0)
-        ptx, _ = compile_ptx(fn, argtypes, cc=cc, lineinfo=True,
-                             launch_bounds=_launch_bounds(ref))
+        lto = lto_available()
+        key = json.dumps([ref, job["argtypes"]], sort_keys=True)
+        ptx, code = _ptx_and_code(key, fn, argtypes, cc, _launch_bounds(ref), lto)
     except Exception as exc:  # noqa: BLE001 - the compiler's verdict, reported
         text = re.sub(r" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
         filename = ref.get("filename")
@@ -357,17 +415,6 @@ def _compile_one(job: dict) -> dict:
             sources[index] = padded
         else:
             sources[index] = linecache.getlines(path)
-    # Resources as Numba gets them on a GPU: with nvJitLink it compiles kernels to LTO-IR and
-    # links them with link-time optimisation, which allocates registers differently from PTX.
-    lto = lto_available()
-    if lto:
-        from numba.cuda import compile as compile_cuda
-
-        code, _ = compile_cuda(fn, argtypes, cc=cc, device=False, abi="numba", output="ltoir",
-                               launch_bounds=_launch_bounds(ref))
-        code = bytes(code)
-    else:
-        code = ptx.encode()
     log, sass = _link(code, lto, arch, job.get("sass", False))
     compiler = _compiler_versions(ptx) + (" with LTO" if lto else "")
     return {"ok": {"name": name, "target": arch, "argtypes": list(job["argtypes"]),

@@ -9,6 +9,7 @@ import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda
 import ast
 import json
 import linecache
+import os
 import pathlib
 
 import numpy as np
@@ -214,6 +215,55 @@ def test_a_float64_accumulator_is_caught_with_its_line_and_fix():
     # the multiply-add of the fixed kernel is a float32 add in the PTX
     line = planted_float32.py_func.__code__.co_firstlineno + 6  # decorator line + 6
     assert any(s.startswith("add.f32") for s in ok.ptx_for_line(line))
+
+
+#: Runs the compiler worker's jobs (stdin) in this process twice: as it does, with one front-end
+#: run per kernel for all targets, then as it does with a numba-cuda that lacks the function
+#: for that: each job on its own through numba-cuda's public ``compile``.
+BOTH_PATHS = """
+import json, sys
+from helpers import compiler_worker
+jobs = json.loads(sys.stdin.read())
+shared = compiler_worker.run_jobs(jobs)
+compiler_worker._front_end = lambda *args, **kwargs: None
+print(json.dumps([shared, compiler_worker.run_jobs(jobs)]))
+"""
+
+
+@pytest.mark.slow
+def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives():
+    """The worker lowers a kernel once for all its targets and takes its PTX (with line
+    information) and its LTO-IR (without: as Numba builds kernels on a GPU) from that. Compiled
+    each on its own instead, every number and every PTX instruction is the same. The depthwise
+    kernel is one where a wrong reading shows: its LTO-IR built with line information gets
+    other registers on sm_75 (64 instead of 61 with numba-cuda 0.30.4)."""
+    import re
+    import subprocess
+    import sys
+
+    specs = [kernels.spec("depthwise_tiled_kernel"), kernels.spec("gemm_tiled_kernel")]
+    jobs = [{"kernel": compiler_worker.describe_kernel(s.dispatcher()),
+             "argtypes": list(s.argtypes), "target": t, "sass": False}
+            for s in specs for t in ("sm_75", "sm_90")]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", BOTH_PATHS], input=json.dumps(jobs),
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    shared, alone = json.loads(out.stdout.splitlines()[-1])
+    if shared["unavailable"]:
+        pytest.skip(f"no CUDA compiler here: {shared['unavailable']}")
+
+    def names_out(ptx: str) -> str:  # mangled names and shared arrays carry a counter
+        return re.sub(r"_cudapy_smem_\d+", "SMEM", re.sub(r"_ZN\w+", "NAME", ptx))
+
+    assert len(shared["results"]) == len(alone["results"]) == len(jobs)
+    for one, other in zip(shared["results"], alone["results"]):
+        assert "ok" in one and "ok" in other, (one.get("error"), other.get("error"))
+        one, other = one["ok"], other["ok"]
+        numbers = [k for k in one if k not in ("ptx", "log", "sass")]
+        assert {k: one[k] for k in numbers} == {k: other[k] for k in numbers}
+        assert names_out(one["ptx"]) == names_out(other["ptx"])
 
 
 def test_a_shared_array_sized_at_run_time_does_not_compile():
