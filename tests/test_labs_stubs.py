@@ -1,9 +1,9 @@
 """Labs 3 and later as a learner first opens them: every stub lab runs top to bottom without an error,
 and every check cell says "not implemented yet".
 
-Each lab is executed with nbclient exactly as ``python -m tools.run_notebooks`` does
-(:func:`tools.run_notebooks.run_notebook`), into a temporary folder: the stored notebooks are
-not touched. A check cell is a code cell that calls ``labN.check_...``.
+The labs are executed with nbclient as ``python -m tools.run_notebooks`` does, in ``labs/``,
+all in one kernel (see :func:`stub_runs`); the stored notebooks are not touched. A check cell
+is a code cell that calls ``labN.check_...``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import nbformat
 import pytest
 
-from tools.run_notebooks import ROOT, run_notebook
+from tools.run_notebooks import ROOT, execute, run_notebook
 
 #: Every lab but labs 1 and 2 (tests/test_labs_stubs_12.py runs those in the simulator).
 LABS = [p.name for p in sorted((ROOT / "labs").glob("lab*.ipynb"))
@@ -28,13 +28,65 @@ def _text(output) -> str:
     return "".join(str(data.get(kind, "")) for kind in ("text/html", "text/plain"))
 
 
+#: The cell put before each lab in the combined run: it empties the namespace, so that a lab
+#: cannot silently read a name an earlier lab bound, and goes back to labs/ (where each lab
+#: runs). Imported modules stay imported: that is what the combined run saves.
+FRESH_NAMESPACE = """\
+%reset -f
+import os as _os
+_os.chdir({folder!r})
+del _os
+assert not [n for n in set(get_ipython().user_ns) - set(get_ipython().user_ns_hidden)
+            if not n.startswith("_")], "the namespace was not emptied"
+"""
+
+
+@pytest.fixture(scope="module")
+def stub_runs(tmp_path_factory) -> dict[str, tuple[object, str]]:
+    """Every stub lab executed: ``{name: (the executed notebook, "" or why it failed)}``.
+
+    The labs run one after another in one kernel, each after a cell that empties the
+    namespace: a kernel's start and the imports of torch, Numba and the helpers cost seconds
+    a lab. When a cell fails, that lab and every lab after it run again, each in a kernel of
+    its own (:func:`tools.run_notebooks.run_notebook`, as ``python -m tools.run_notebooks``
+    runs them), so that a failure is told by its own lab's run.
+    """
+    folder = ROOT / "labs"
+    labs = [nbformat.read(folder / name, as_version=4) for name in LABS]
+    combined = nbformat.v4.new_notebook(metadata=labs[0].metadata)
+    starts = []
+    for nb in labs:
+        starts.append(len(combined.cells))
+        combined.cells.append(nbformat.v4.new_code_cell(FRESH_NAMESPACE.format(
+            folder=str(folder))))
+        # code cells without their stored outputs and timings (which tell where a run stopped)
+        combined.cells += [nbformat.v4.new_code_cell(cell.source, metadata={
+            k: v for k, v in cell.metadata.items() if k != "execution"})
+            if cell.cell_type == "code" else cell for cell in nb.cells]
+    ran = len(LABS)
+    try:
+        execute(combined, folder, timeout=300, name="the stub labs")
+    except Exception:  # noqa: BLE001 - the labs from the failed one on run each on its own
+        began = [i for i, cell in enumerate(combined.cells) if "execution" in cell.metadata]
+        ran = sum(start <= began[-1] for start in starts) - 1 if began else 0
+    runs = {}
+    for k, (name, nb) in enumerate(zip(LABS, labs)):
+        if k < ran:
+            cells = combined.cells[starts[k] + 1:starts[k] + 1 + len(nb.cells)]
+            runs[name] = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata), ""
+            continue
+        out = tmp_path_factory.mktemp("stub_lab")
+        ok, seconds, error = run_notebook(folder / name, out, timeout=300)
+        runs[name] = (nbformat.read(out / name, as_version=4),
+                      "" if ok else f"failed after {seconds:.0f} s, in a kernel of its own: {error}")
+    return runs
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", LABS)
-def test_the_stub_lab_runs_and_every_check_says_not_implemented_yet(name, tmp_path):
-    path = ROOT / "labs" / name
-    ok, seconds, error = run_notebook(path, tmp_path, timeout=300)
-    assert ok, f"{name} failed after {seconds:.0f} s: {error}"
-    nb = nbformat.read(tmp_path / name, as_version=4)
+def test_the_stub_lab_runs_and_every_check_says_not_implemented_yet(name, stub_runs):
+    nb, error = stub_runs[name]
+    assert not error, f"{name} {error}"
     checks = [c for c in nb.cells if c.cell_type == "code" and CHECK_CALL.search(c.source)]
     assert checks, f"{name} has no check cell"
     for cell in checks:
