@@ -15,6 +15,19 @@ import nbformat
 
 _BUILTINS = frozenset(dir(builtins))
 
+#: The cell put before each notebook in a run of several in one kernel (``.format(folder=...)``):
+#: it empties the namespace, so that a notebook cannot silently read a name an earlier one bound,
+#: and goes back to ``folder``, where the notebook runs on its own. Imported modules stay
+#: imported: that is what running several in one kernel saves.
+FRESH_NAMESPACE = """\
+%reset -f
+import os as _os
+_os.chdir({folder!r})
+del _os
+assert not [n for n in set(get_ipython().user_ns) - set(get_ipython().user_ns_hidden)
+            if not n.startswith("_")], "the namespace was not emptied"
+"""
+
 
 def _tree(source: str) -> ast.Module:
     """The cell's syntax tree, with IPython's magic and shell lines left out."""

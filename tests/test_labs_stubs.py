@@ -15,6 +15,8 @@ import pytest
 
 from tools.run_notebooks import ROOT, execute, run_notebook
 
+from notebook_slice import FRESH_NAMESPACE
+
 #: Every lab but labs 1 and 2 (tests/test_labs_stubs_12.py runs those in the simulator).
 LABS = [p.name for p in sorted((ROOT / "labs").glob("lab*.ipynb"))
         if not p.name.startswith(("lab1_", "lab2_"))]
@@ -28,28 +30,16 @@ def _text(output) -> str:
     return "".join(str(data.get(kind, "")) for kind in ("text/html", "text/plain"))
 
 
-#: The cell put before each lab in the combined run: it empties the namespace, so that a lab
-#: cannot silently read a name an earlier lab bound, and goes back to labs/ (where each lab
-#: runs). Imported modules stay imported: that is what the combined run saves.
-FRESH_NAMESPACE = """\
-%reset -f
-import os as _os
-_os.chdir({folder!r})
-del _os
-assert not [n for n in set(get_ipython().user_ns) - set(get_ipython().user_ns_hidden)
-            if not n.startswith("_")], "the namespace was not emptied"
-"""
-
-
 @pytest.fixture(scope="module")
 def stub_runs(tmp_path_factory) -> dict[str, tuple[object, str]]:
     """Every stub lab executed: ``{name: (the executed notebook, "" or why it failed)}``.
 
     The labs run one after another in one kernel, each after a cell that empties the
-    namespace: a kernel's start and the imports of torch, Numba and the helpers cost seconds
-    a lab. When a cell fails, that lab and every lab after it run again, each in a kernel of
-    its own (:func:`tools.run_notebooks.run_notebook`, as ``python -m tools.run_notebooks``
-    runs them), so that a failure is told by its own lab's run.
+    namespace (:data:`notebook_slice.FRESH_NAMESPACE`): a kernel's start and the imports of
+    torch, Numba and the helpers cost seconds a lab. When a cell fails, that lab and every lab
+    after it run again, each in a kernel of its own (:func:`tools.run_notebooks.run_notebook`,
+    as ``python -m tools.run_notebooks`` runs them), so that a failure is told by its own
+    lab's run.
     """
     folder = ROOT / "labs"
     labs = [nbformat.read(folder / name, as_version=4) for name in LABS]
@@ -77,8 +67,8 @@ def stub_runs(tmp_path_factory) -> dict[str, tuple[object, str]]:
             continue
         out = tmp_path_factory.mktemp("stub_lab")
         ok, seconds, error = run_notebook(folder / name, out, timeout=300)
-        runs[name] = (nbformat.read(out / name, as_version=4),
-                      "" if ok else f"failed after {seconds:.0f} s, in a kernel of its own: {error}")
+        why = f"failed after {seconds:.0f} s, in a kernel of its own: {error}"
+        runs[name] = nbformat.read(out / name, as_version=4), "" if ok else why
     return runs
 
 

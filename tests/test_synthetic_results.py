@@ -276,19 +276,6 @@ def test_the_cut_keeps_what_a_cell_reads_and_drops_the_rest():
         notebook_slice.cut(nb, [2])
 
 
-#: The cell put before each notebook's cut in the combined run: it empties the namespace, so that
-#: a cut cannot silently read a name an earlier notebook's cut bound, and goes back to notebooks/
-#: (where each notebook runs). Imported modules stay imported: that is what the combined run saves.
-FRESH_NAMESPACE = """\
-%reset -f
-import os as _os
-_os.chdir({folder!r})
-del _os
-assert not [n for n in set(get_ipython().user_ns) - set(get_ipython().user_ns_hidden)
-            if not n.startswith("_")], "the namespace was not emptied"
-"""
-
-
 class _Cut:
     """One notebook's part of the combined run: the listed cells' indices in the notebook
     (``targets``) and those not found (``problems``: then it is not run); the notebook cut to
@@ -316,7 +303,8 @@ def _combine(cuts: list[_Cut], folder: pathlib.Path):
     starts = {}
     for c in cuts:
         starts[c.name] = len(nb.cells)
-        nb.cells.append(nbformat.v4.new_code_cell(FRESH_NAMESPACE.format(folder=str(folder))))
+        nb.cells.append(nbformat.v4.new_code_cell(
+            notebook_slice.FRESH_NAMESPACE.format(folder=str(folder))))
         nb.cells += [nbformat.v4.new_code_cell(cell.source) for cell in c.cut.cells]
     return nb, starts
 
