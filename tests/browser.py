@@ -307,13 +307,15 @@ def chart_state(chart) -> dict:
         " y: Array.from(t.y || [])}))})")
 
 
-def wait_for_change(chart, before: dict, timeout_s: float = 180.0) -> dict:
-    """Poll the chart until its data or title differs from ``before``; return the new state."""
+def wait_for_change(chart, before: dict, timeout_s: float = 180.0, until=None) -> dict:
+    """Poll the chart until its data or title differs from ``before`` (and ``until(state)``
+    holds, when given: an explorer that draws as points arrive changes its chart more than
+    once); return the new state."""
     deadline = time.monotonic() + timeout_s
     state = before
     while time.monotonic() < deadline:
         state = chart_state(chart)
-        if state != before:
+        if state != before and (until is None or until(state)):
             return state
         chart.page.wait_for_timeout(500)
     raise AssertionError(f"chart did not change within {timeout_s:.0f} s: {state['title']!r}")

@@ -405,9 +405,15 @@ def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
         page, lab, "01_cpu_vs_gpu_throughput.ipynb", ".widget-text", "smallest size")
     assert before["title"].startswith("relu: median time per call")
 
+    def finished(state: dict) -> bool:   # the explorer draws after each backend's sizes
+        text = cell.inner_text()
+        return "points measured in" in text and "measuring..." not in text
+
+    before = wait_for_change(runtime, {}, until=finished)
     cell.locator(".widget-dropdown", has_text="operation").locator("select").select_option(
         label="GEMM (n x n)")
-    after = wait_for_change(runtime, before)
+    after = wait_for_change(runtime, before,
+                            until=lambda s: s["title"].startswith("gemm") and finished(s))
     assert after["title"].startswith("gemm: median time per call")
     check_times(after)
     # GEMM's own sizes (n = 64 .. 512) instead of ReLU's element counts.
