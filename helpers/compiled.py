@@ -263,11 +263,13 @@ def instruction_mix(ptx: str) -> InstructionMix:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One compilation: a kernel, its argument types (Numba type strings) and a target arch."""
+    """One compilation: a kernel, its argument types (Numba type strings), a target arch, and
+    whether to disassemble it to SASS too (as :func:`compile_many`'s ``sass`` does for all)."""
 
     kernel: object
     argtypes: tuple[str, ...]
     target: str = "sm_90"
+    sass: bool = False
 
 
 _CACHE: dict[str, dict] = {}
@@ -297,7 +299,8 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
     """Compile many kernels at once (one child process for all of them without a GPU).
 
     Args:
-        jobs: :class:`Job` objects. sass: also disassemble (needs ``cuobjdump``).
+        jobs: :class:`Job` objects. sass: also disassemble every job (needs ``cuobjdump``);
+            a job whose ``sass`` is set is disassembled either way.
 
     Returns:
         One :class:`CompiledKernel`, or the :class:`CompileError` the compiler raised, per job,
@@ -317,7 +320,7 @@ def compile_many(jobs: Sequence[Job], sass: bool = False) -> list[CompiledKernel
             raise ValueError(f"argtypes must be a sequence of Numba type strings such as "
                              f"'float32[::1]', got {job.argtypes!r}")
         d = {"kernel": worker.describe_kernel(job.kernel), "argtypes": list(job.argtypes),
-             "target": job.target, "sass": bool(sass)}
+             "target": job.target, "sass": bool(sass or job.sass)}
         described.append(d)
         keys.append(json.dumps(d, sort_keys=True))
     todo = []
