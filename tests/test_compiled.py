@@ -366,8 +366,9 @@ def test_sass_shows_the_float64_add_the_gpu_would_run():
     """The SASS (cuobjdump + nvdisasm, installed with the workbook on Linux): the machine code
     of the float64 accumulator adds in double precision (DADD), the float32 one does not."""
     bad = compiled.compile_kernel(planted_float64_accumulator, (F1, F1), "sm_90", sass=True)
-    good, plain = compiled.compile_many([compiled.Job(planted_float32, (F1, F1), "sm_90", sass=True),
-                                         compiled.Job(planted_float32, (F1, F1), "sm_75")])
+    good, plain = compiled.compile_many([
+        compiled.Job(planted_float32, (F1, F1), "sm_90", sass=True),
+        compiled.Job(planted_float32, (F1, F1), "sm_75")])
     if bad.sass is None:
         pytest.skip("cuobjdump and nvdisasm are not installed here (Linux installs them)")
     assert "DADD" in bad.sass and "DADD" not in good.sass
