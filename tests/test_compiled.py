@@ -232,11 +232,12 @@ print(json.dumps([shared, compiler_worker.run_jobs(jobs)]))
 
 @pytest.mark.slow
 def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives():
-    """The worker lowers a kernel once for all its targets and takes its PTX (with line
-    information) and its LTO-IR (without: as Numba builds kernels on a GPU) from that. Compiled
-    each on its own instead, every number and every PTX instruction is the same. The depthwise
-    kernel is one where a wrong reading shows: its LTO-IR built with line information gets
-    other registers on sm_75 (64 instead of 61 with numba-cuda 0.30.4)."""
+    """The worker lowers a kernel once, with line information, for all its targets, and takes
+    its PTX from that and its LTO-IR (as Numba builds kernels on a GPU, without line
+    information) from that with the line information taken out. Compiled each on its own by
+    Numba's public ``compile`` instead, every number and every PTX instruction is the same. The
+    depthwise kernel is one where a wrong reading shows: its LTO-IR built with line information
+    gets other registers on sm_75 (64 instead of 61 with numba-cuda 0.30.4)."""
     import re
     import subprocess
     import sys
@@ -264,6 +265,50 @@ def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives():
         numbers = [k for k in one if k not in ("ptx", "log", "sass")]
         assert {k: one[k] for k in numbers} == {k: other[k] for k in numbers}
         assert names_out(one["ptx"]) == names_out(other["ptx"])
+
+
+IR_WITH_LINES = """\
+define void @"k"(float* %"a") !dbg !5
+{
+entry:
+  call void @"llvm.dbg.declare"(metadata float* %"a", metadata !6, metadata !7), !dbg !8
+  %".2" = load float, float* %"a", !dbg !8, !range !9
+  br i1 true, label %"x", label %"y", !dbg !8, !prof !10
+}
+declare void @"llvm.dbg.declare"(metadata %".1", metadata %".2", metadata %".3")
+!nvvmir.version = !{ !0 }
+!llvm.dbg.cu = !{ !2 }
+!llvm.module.flags = !{ !3, !4, !11 }
+!nvvm.annotations = !{ !12 }
+!0 = !{ i32 2, i32 0, i32 3, i32 2 }
+!1 = !DIFile(directory: "/d", filename: "k.py")
+!2 = distinct !DICompileUnit(emissionKind: DebugDirectivesOnly, file: !1)
+!3 = !{ i32 2, !"Dwarf Version", i32 4 }
+!4 = !{ i32 2, !"Debug Info Version", i32 3 }
+!5 = distinct !DISubprogram(file: !1, line: 3, unit: !2)
+!6 = !DILocalVariable(name: "a", scope: !5)
+!7 = !DIExpression()
+!8 = !DILocation(line: 4, scope: !5)
+!9 = !{ i64 0, i64 9 }
+!10 = !{ !"branch_weights", i32 1, i32 99 }
+!11 = !{ i32 4, !"nvvm-reflect-ftz", i32 0 }
+!12 = !{ void (float*)* @"k", !"kernel", i32 1 }
+"""
+
+
+def test_without_debug_info_keeps_the_code_and_its_own_metadata_only():
+    """What NVVM is given for the LTO-IR: the line information's calls, attachments, compile
+    unit, module flags and nodes gone; the code, its ranges and branch weights, the kernel's
+    annotation and any other module flag kept."""
+    out = compiler_worker.without_debug_info(IR_WITH_LINES)
+    assert "dbg" not in out and "DI" not in out and "Dwarf" not in out, out
+    assert 'define void @"k"(float* %"a")\n' in out
+    assert '%".2" = load float, float* %"a", !range !9' in out
+    assert '!prof !10' in out and "!llvm.module.flags = !{ !11 }" in out
+    for kept in ("!0 = ", "!9 = ", "!10 = ", "!11 = ", "!12 = ", "!nvvm.annotations = !{ !12 }"):
+        assert kept in out, kept
+    for dropped in ("!1 = ", "!2 = ", "!3 = ", "!5 = ", "!8 = "):
+        assert dropped not in out, dropped
 
 
 def test_a_shared_array_sized_at_run_time_does_not_compile():
