@@ -5,7 +5,7 @@ The simulator's ``numba.cuda`` has no compiler, so :mod:`helpers.compiled` runs
 ``python -m helpers.compiler_worker`` with ``NUMBA_ENABLE_CUDASIM=0`` and hands it jobs as JSON
 on standard input: a kernel by module and name (the workbook's own) or by source and the
 globals it uses (a notebook cell's or a lab's), argument types, a target. Results come back as
-JSON, one per job. Imports nothing else of the workbook.
+JSON, one per job. Imports nothing else of the workbook but :mod:`helpers.nvvm_ir`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import textwrap
 import types as pytypes
+
+from helpers import nvvm_ir
 
 #: Seconds a child compiler process may take before it is stopped (plus 20 s per kernel).
 CHILD_TIMEOUT_S = 60
@@ -364,7 +366,7 @@ def _ptx_and_code(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bou
     nvJitLink, Numba compiles kernels without line information to LTO-IR and links them with
     link-time optimisation (``lto``), which allocates registers differently from PTX (and line
     information can change that allocation too), else that PTX. The LTO-IR comes from the same
-    lowering with its line information taken out (:func:`without_debug_info`)."""
+    lowering with its line information taken out (:mod:`helpers.nvvm_ir`)."""
     from numba.core.compiler_lock import global_compiler_lock
     from numba.cuda import compiler
 
@@ -388,58 +390,11 @@ def _ptx_and_code(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bou
         return ptx, bytes(ltoir)
 
 
-_NODE = re.compile(r"^!(\d+) = ")
-_NAMED = re.compile(r"^!([A-Za-z_.$][\w.$-]*) = !\{(.*)\}\s*$")
-_REF = re.compile(r"!(\d+)\b")
-_DBG_ATTACHMENT = re.compile(r",? !dbg !\d+")
-_DBG_FUNCTION = re.compile(r'@"?llvm\.dbg\.')
-_DEBUG_FLAGS = ('!"Dwarf Version"', '!"Debug Info Version"')
-
-
-def without_debug_info(ir: str) -> str:
-    """LLVM IR that Numba lowered with line information, without it: the ``llvm.dbg.*`` calls
-    and declarations, the ``!dbg`` attachments, the compile unit (``!llvm.dbg.cu``), the debug
-    module flags, and every metadata node that only they reached. What is left is the IR Numba
-    lowers without line information but for the names of values and metadata nodes; NVVM
-    compiles both to the same machine code (every kernel of the workbook, sm_75 to sm_90: the
-    same registers, shared memory and SASS instructions, numba-cuda 0.30.4)."""
-    nodes: dict[int, str] = {}
-    body, named = [], []
-    for line in ir.splitlines():
-        m = _NODE.match(line)
-        if m:
-            nodes[int(m.group(1))] = line
-        elif _NAMED.match(line):
-            named.append(line)
-        elif not _DBG_FUNCTION.search(line):
-            body.append(_DBG_ATTACHMENT.sub("", line))
-    kept_named = []
-    for line in named:
-        name, refs = _NAMED.match(line).groups()
-        if name == "llvm.dbg.cu":
-            continue
-        if name == "llvm.module.flags":
-            flags = [r for r in _REF.findall(refs)
-                     if not any(f in nodes.get(int(r), "") for f in _DEBUG_FLAGS)]
-            if not flags:
-                continue
-            line = f"!{name} = !{{ {', '.join('!' + r for r in flags)} }}"
-        kept_named.append(line)
-    todo = [int(r) for line in body for r in _REF.findall(line)]
-    todo += [int(r) for line in kept_named for r in _REF.findall(line.split(" = ", 1)[1])]
-    keep: set[int] = set()
-    while todo:
-        n = todo.pop()
-        if n not in keep and n in nodes:
-            keep.add(n)
-            todo += [int(r) for r in _REF.findall(nodes[n].split(" = ", 1)[1])]
-    return "\n".join(body + kept_named + [nodes[n] for n in sorted(keep)]) + "\n"
-
-
 def _ltoir_without_lines(library, cc: tuple[int, int]) -> bytes | None:
     """The LTO-IR Numba builds on a GPU (without line information), from the library lowered
-    with it (:func:`without_debug_info`), so that a kernel's front end runs once; None where
-    this numba-cuda keeps its NVVM options or the architecture's name elsewhere."""
+    with it (:func:`helpers.nvvm_ir.without_debug_info`), so that a kernel's front end runs
+    once; None where this numba-cuda keeps its NVVM options or the architecture's name
+    elsewhere."""
     from numba.cuda.cudadrv import nvrtc, nvvm
 
     options = getattr(library, "_nvvm_options", None)
@@ -448,7 +403,8 @@ def _ltoir_without_lines(library, cc: tuple[int, int]) -> bytes | None:
         return None
     options = dict(options, arch=arch(*cc))
     options["gen-lto"] = None
-    return nvvm.compile_ir([without_debug_info(ir) for ir in library.llvm_strs], **options)
+    return nvvm.compile_ir([nvvm_ir.without_debug_info(ir) for ir in library.llvm_strs],
+                           **options)
 
 
 def _compile_one(job: dict) -> dict:

@@ -17,7 +17,7 @@ import pytest
 from numba import cuda, float32
 
 from helpers.device import backend
-from helpers import compiled, compiler_worker, kernels
+from helpers import compiled, compiler_worker, kernels, nvvm_ir
 from helpers.checks import lab1, lab2, lab6, lab10
 from helpers.experiments import kernel_resources, memory_access
 
@@ -300,7 +300,7 @@ def test_without_debug_info_keeps_the_code_and_its_own_metadata_only():
     """What NVVM is given for the LTO-IR: the line information's calls, attachments, compile
     unit, module flags and nodes gone; the code, its ranges and branch weights, the kernel's
     annotation and any other module flag kept."""
-    out = compiler_worker.without_debug_info(IR_WITH_LINES)
+    out = nvvm_ir.without_debug_info(IR_WITH_LINES)
     assert "dbg" not in out and "DI" not in out and "Dwarf" not in out, out
     assert 'define void @"k"(float* %"a")\n' in out
     assert '%".2" = load float, float* %"a", !range !9' in out

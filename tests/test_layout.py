@@ -19,10 +19,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "helpers"
 
 #: The layers without plotly, ipywidgets or jupyter: they run on a bare GPU machine.
-COMPUTE = ["helpers.device", "helpers.occupancy", "helpers.compiler_worker", "helpers.conv",
-           "helpers.elementwise", "helpers.access_kernels", "helpers.images", "helpers.networks",
-           "helpers.compiled", "helpers.kernels", "helpers.results", "helpers.paper",
-           "helpers.experiments"]
+COMPUTE = ["helpers.device", "helpers.occupancy", "helpers.compiler_worker", "helpers.nvvm_ir",
+           "helpers.conv", "helpers.elementwise", "helpers.access_kernels", "helpers.images",
+           "helpers.networks", "helpers.compiled", "helpers.kernels", "helpers.results",
+           "helpers.paper", "helpers.experiments"]
 BLOCKED = ("plotly", "ipywidgets", "IPython", "jupyterlab", "jupyter_client", "jupyter_core",
            "anywidget", "ipykernel")
 
