@@ -319,4 +319,4 @@ def wait_for_change(chart, before: dict, timeout_s: float = 180.0, until=None) -
             if state != before and (until is None or until(state)):
                 return state
         chart.page.wait_for_timeout(500)
-    raise AssertionError(f"chart did not change within {timeout_s:.0f} s: {state['title']!r}")
+    raise AssertionError(f"chart did not change within {timeout_s:.0f} s: {state.get('title')!r}")

@@ -3,7 +3,7 @@ and every check cell says "not implemented yet".
 
 The labs are executed with nbclient as ``python -m tools.run_notebooks`` does, in ``labs/``,
 all in one kernel (see :func:`stub_runs`); the stored notebooks are not touched. A check cell
-is a code cell that calls ``labN.check_...``.
+is a code cell that calls ``labN.check_...`` (in labs 1 and 2, a ``check_...`` it imported).
 """
 
 from __future__ import annotations
