@@ -227,16 +227,17 @@ def format_table(rows: list[dict]) -> str:
     """:func:`compiled_table`'s rows as text, one line per (kernel, target), headed by the
     compiler's versions."""
     versions = sorted({r["compiler"] for r in rows if r.get("compiler")})
+    name = max([28] + [len(r["kernel"]) + 1 for r in rows])   # a space after the longest name
     lines = [f"Compiled by {', '.join(versions) or 'nothing'} (no GPU needed)",
-             f"{'kernel':<28}{'target':<12}{'block':>6}{'regs':>6}{'smem (B)':>10}"
+             f"{'kernel':<{name}}{'target':<12}{'block':>6}{'regs':>6}{'smem (B)':>10}"
              f"{'spill (B)':>10}{'FP64':>6}{'warps':>9}{'occupancy':>11}  limited by"]
     for r in rows:
         where = f"{r['target']} {r['gpu']}"
         if r.get("error"):
-            lines.append(f"{r['kernel']:<28}{where:<12}  does not compile: {r['error']}")
+            lines.append(f"{r['kernel']:<{name}}{where:<12}  does not compile: {r['error']}")
             continue
         warps = f"{r['active_warps']}/{r['max_warps']}"
-        lines.append(f"{r['kernel']:<28}{where:<12}{r['threads_per_block']:>6}"
+        lines.append(f"{r['kernel']:<{name}}{where:<12}{r['threads_per_block']:>6}"
                      f"{r['regs_per_thread']:>6}{r['smem_per_block']:>10,}{r['spill_bytes']:>10}"
                      f"{r['fp64_instructions']:>6}{warps:>9}{r['occupancy_pct']:>10.1f}%  "
                      f"{r['limiter']}")

@@ -311,6 +311,17 @@ def test_without_debug_info_keeps_the_code_and_its_own_metadata_only():
         assert dropped not in out, dropped
 
 
+def test_the_kernel_table_keeps_a_space_after_the_longest_name():
+    """A 28-letter kernel name (``gemm_vectorized_edges_kernel``) once ran into its target."""
+    row = {"kernel": "gemm_vectorized_edges_kernel", "target": "sm_75", "gpu": "T4",
+           "threads_per_block": 256, "regs_per_thread": 146, "smem_per_block": 8192,
+           "spill_bytes": 0, "fp64_instructions": 0, "active_warps": 8, "max_warps": 32,
+           "occupancy_pct": 25.0, "limiter": "registers", "compiler": "x"}
+    header, line = kernels.format_table([row, dict(row, kernel="k")]).splitlines()[1:3]
+    assert line.split()[:3] == ["gemm_vectorized_edges_kernel", "sm_75", "T4"]
+    assert header.index("target") == line.index("sm_75")
+
+
 def test_a_shared_array_sized_at_run_time_does_not_compile():
     with pytest.raises(compiled.CompileError) as info:
         compiled.compile_kernel(planted_runtime_shared_size, (F1, F1), "sm_90")
