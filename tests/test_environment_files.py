@@ -117,3 +117,21 @@ def test_readme_names_the_commands():
     readme = (ROOT / "README.md").read_text()
     assert "make lab" in readme
     assert "make test" in readme
+
+
+def test_the_lock_leaves_out_the_slow_iri_checker(pyproject):
+    """uv installs no rfc3987-syntax: jsonschema imports it eagerly and builds its parsers, about
+    a second in every Jupyter kernel and JupyterLab start, for a format no Jupyter schema uses.
+    Where this environment came from the lock (the project's .venv), it is not installed."""
+    import importlib.util
+    import sys
+
+    overrides = pyproject["tool"]["uv"].get("override-dependencies", [])
+    left_out = [Requirement(o) for o in overrides if canonicalize_name(Requirement(o).name)
+                == "rfc3987-syntax"]
+    assert left_out and not left_out[0].marker.evaluate(), overrides
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    assert {"name": "rfc3987-syntax", "marker": "sys_platform == 'never'"} in (
+        lock.get("manifest", {}).get("overrides", [])), "uv.lock is older than pyproject.toml"
+    if pathlib.Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        assert importlib.util.find_spec("rfc3987_syntax") is None, "run make env"
