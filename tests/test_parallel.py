@@ -208,11 +208,25 @@ def _max_rel(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-12)) for k in b)
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """One run of the three experiments and the check on 2 gloo ranks at tiny sizes (shared by
+    the tests: each run starts torchrun and two ranks, each importing torch); the ranks' files
+    are kept in the returned folder."""
+    run_id = "test-" + uuid.uuid4().hex[:8]
+    folder = tmp_path_factory.mktemp("two_ranks")
+    rows = parallel.launch(["ddp", "pipeline", "allreduce", "check"], 2, batch=8, steps=3,
+                           warmup=1, microbatches=(1, 2, 4), sizes=(4096, 65536),
+                           seconds_per_size=0.05, run_id=run_id, workdir=folder)
+    return rows, run_id, folder
+
+
 @pytest.mark.slow
-def test_ddp_on_two_ranks_trains_as_one_process(tmp_path):
-    steps, world, b = 3, 2, 8
-    rows = parallel.launch(["check"], world, batch=b, steps=steps, workdir=tmp_path)
-    weights = torch.load(next(tmp_path.glob("*.weights.pt")))
+def test_ddp_on_two_ranks_trains_as_one_process(two_ranks):
+    steps, world, b = 3, 2, 8   # as two_ranks ran the check
+    rows, _, folder = two_ranks
+    rows = [r for r in rows if r["experiment"] == "check"]
+    weights = torch.load(next(folder.glob("*.weights.pt")))
     reference, losses = _single_process(steps, world, b, per_rank_bn=True)
     wrong, _ = _single_process(steps, world, b, per_rank_bn=False)
     params = {k: weights[k] for k in reference}
@@ -223,19 +237,9 @@ def test_ddp_on_two_ranks_trains_as_one_process(tmp_path):
                                .state_dict()[k]) for k in ("fc.weight", "stem.0.weight"))
 
 
-@pytest.fixture(scope="module")
-def two_ranks():
-    """One run of the three experiments on 2 gloo ranks at tiny sizes (shared by the tests)."""
-    run_id = "test-" + uuid.uuid4().hex[:8]
-    rows = parallel.launch(["ddp", "pipeline", "allreduce"], 2, batch=8, steps=2, warmup=1,
-                           microbatches=(1, 2, 4), sizes=(4096, 65536), seconds_per_size=0.05,
-                           run_id=run_id)
-    return rows, run_id
-
-
 @pytest.mark.slow
 def test_ddp_row_splits_the_step(two_ranks):
-    rows, run_id = two_ranks
+    rows, run_id, _ = two_ranks
     assert _gone(run_id)
     assert all(list(r) == list(parallel.ROW_KEYS) and r["status"] == "ok" for r in rows)
     (ddp,) = [r for r in rows if r["experiment"] == "ddp"]
@@ -254,7 +258,7 @@ def test_ddp_row_splits_the_step(two_ranks):
 
 @pytest.mark.slow
 def test_pipeline_gives_the_unsplit_loss(two_ranks):
-    rows, _ = two_ranks
+    rows, _, _ = two_ranks
     pipe = [r for r in rows if r["experiment"] == "pipeline"]
     assert [r["microbatches"] for r in pipe] == [1, 2, 4]
     model = training_cnns.build("resnet20", 3, 2, 32, seed=0)
@@ -277,7 +281,7 @@ def test_pipeline_gives_the_unsplit_loss(two_ranks):
 
 @pytest.mark.slow
 def test_allreduce_rows(two_ranks):
-    rows, _ = two_ranks
+    rows, _, _ = two_ranks
     red = [r for r in rows if r["experiment"] == "allreduce"]
     assert [r["message_bytes"] for r in red] == [4096, 65536]
     for r in red:
