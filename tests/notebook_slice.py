@@ -3,7 +3,9 @@ cells under other conditions than nbval's run (which executes every cell already
 
 The cut keeps the setup cell (the first code cell), the targets, and, for every name a kept
 cell reads, the last earlier cell that binds it, repeated until nothing new is needed. A name
-the cut misses shows up as a NameError when the cut runs, never as a silent pass.
+the cut misses shows up as a NameError when the cut runs, never as a silent pass. A cut for a
+machine without a GPU (``gpu=False``) leaves out what only the branches for a GPU read: the
+body of ``if <x>.mode == "gpu":`` (or ``MODE``), the ``else`` of ``!= "gpu"``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class _Reads(ast.NodeVisitor):
     """Names a cell binds at its top level, and names it reads before binding them (its free
     names), visiting each statement in the order Python evaluates it."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = True) -> None:
+        self.gpu = gpu
         self.bound: set[str] = set()
         self.free: set[str] = set()
         self.scopes: list[set[str]] = []   # names local to the comprehensions and functions in
@@ -106,6 +109,13 @@ class _Reads(ast.NodeVisitor):
         for stmt in node.body:
             self.visit(stmt)
 
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        runs = _gpu_test(node.test) if not self.gpu else None
+        for stmt in (node.body if runs in (None, False) else []) + (
+                node.orelse if runs in (None, True) else []):
+            self.visit(stmt)
+
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         for alias in node.names:
             name = (alias.asname or alias.name).split(".")[0]
@@ -167,23 +177,39 @@ class _Reads(ast.NodeVisitor):
         (self.scopes[-1] if self.scopes else self.bound).add(node.name)
 
 
-def names(source: str) -> tuple[set[str], set[str]]:
+def _gpu_test(test: ast.AST) -> bool | None:
+    """For a test ``<x>.mode == "gpu"`` or ``<x>.MODE == "gpu"``: True, the test fails without
+    a GPU (only its ``else`` runs); for ``!= "gpu"``: False (only its body runs); else None."""
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+            and isinstance(test.left, ast.Attribute) and test.left.attr in ("mode", "MODE")
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "gpu"):
+        return isinstance(test.ops[0], ast.Eq)
+    return None
+
+
+def names(source: str, gpu: bool = True) -> tuple[set[str], set[str]]:
     """(names the cell binds at its top level, names it reads that it has not bound first).
 
     A function's body counts as read where it is defined: the globals it reads must exist by
     the time it is called, which in a notebook is almost always that cell or a later one.
+    ``gpu=False``: leaving out the branches that run only on a GPU (see the module's text).
     """
-    reads = _Reads()
+    reads = _Reads(gpu)
     reads.visit(_tree(source))
     return reads.bound, reads.free - _BUILTINS
 
 
-def cut(nb: nbformat.NotebookNode, targets: list[int]) -> tuple[nbformat.NotebookNode, list[int]]:
+def cut(nb: nbformat.NotebookNode, targets: list[int],
+        gpu: bool = True) -> tuple[nbformat.NotebookNode, list[int]]:
     """``nb`` with only the code cells that the code cells at indices ``targets`` need.
 
     Args:
         nb: the notebook.
         targets: indices into ``nb.cells`` of code cells.
+        gpu: False for a cut that runs without a GPU: what only its GPU branches read is not
+            needed.
 
     Returns:
         (a new notebook with the kept cells, in order, outputs cleared; the kept indices).
@@ -195,7 +221,7 @@ def cut(nb: nbformat.NotebookNode, targets: list[int]) -> tuple[nbformat.Noteboo
     for t in targets:
         if t not in code:
             raise ValueError(f"targets: cell {t} is not a code cell")
-    parsed = {i: names(nb.cells[i].source) for i in code}
+    parsed = {i: names(nb.cells[i].source, gpu) for i in code}
     keep, todo = set(), [code[0], *targets]
     while todo:
         i = todo.pop()

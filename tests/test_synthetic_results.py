@@ -276,6 +276,22 @@ def test_the_cut_keeps_what_a_cell_reads_and_drops_the_rest():
         notebook_slice.cut(nb, [2])
 
 
+def test_a_cut_without_a_gpu_leaves_out_what_only_the_gpu_branches_read():
+    import nbformat
+
+    cells = ["import os", "profiles = measure()", "note = 'recorded'",
+             'if info.mode == "gpu":\n    save(profiles)\nelse:\n    print(note)',
+             'if backend.MODE != "gpu":\n    print(note)\nelse:\n    print(profiles)',
+             'if info.mode == "cpu":\n    print(profiles)']
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    for target in (3, 4):
+        assert notebook_slice.cut(nb, [target], gpu=False)[1] == [0, 2, target]
+        assert notebook_slice.cut(nb, [target])[1] == [0, 1, 2, target]   # on a GPU: both
+    # only a test of the mode against "gpu" decides a branch
+    assert notebook_slice.cut(nb, [5], gpu=False)[1] == [0, 1, 5]
+    assert notebook_slice.names(cells[3], gpu=False) == (set(), {"info", "note"})
+
+
 class _Cut:
     """One notebook's part of the combined run: the listed cells' indices in the notebook
     (``targets``) and those not found (``problems``: then it is not run); the notebook cut to
@@ -285,8 +301,9 @@ class _Cut:
     def __init__(self, name: str, nb) -> None:
         self.name = name
         self.targets, self.problems = _targets(nb, name)
-        self.cut, self.kept = notebook_slice.cut(nb, self.targets) if not self.problems else (
-            None, [])
+        # the test is skipped on a GPU: what only a notebook's GPU branches read is not needed
+        self.cut, self.kept = (notebook_slice.cut(nb, self.targets, gpu=False)
+                               if not self.problems else (None, []))
         self.shown: list = []
         self.error = ""
 
