@@ -9,10 +9,10 @@ imported anywhere in the workbook, and records it in :data:`MODE`:
   (``NUMBA_ENABLE_CUDASIM=1``), a Python interpreter of the kernel that checks correctness on
   tiny shapes; everything else (NumPy, torch) runs on the CPU. Simulator timings mean nothing.
 
-A ``NUMBA_ENABLE_CUDASIM`` set by the user first is respected (see :func:`_decide`). Importing
-it also installs the numpy 2.5 fix for numba-cuda (:mod:`helpers.device.numpy_compat`).
-:func:`describe` returns a readable report, :func:`info` the same as a :class:`BackendInfo`,
-with datasheet peaks from :data:`KNOWN_GPUS` (:mod:`helpers.device.gpus`, re-exported here).
+A user's ``NUMBA_ENABLE_CUDASIM`` is respected (:func:`_decide`). Importing it also installs
+numba-cuda's fixes: numpy 2.5 (:mod:`.numpy_compat`), race-free simulator shared arrays
+(:mod:`.simulator_shared`). :func:`describe` and :func:`info` report the choice, with datasheet
+peaks from :data:`KNOWN_GPUS` (:mod:`helpers.device.gpus`, re-exported here).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import platform
 import sys
 import warnings
 
-from helpers.device import host, numpy_compat
+from helpers.device import host, numpy_compat, simulator_shared
 from helpers.device.gpus import KNOWN_GPUS, GpuSpec, lookup_gpu  # the GPU table, re-exported
 
 numpy_compat.install()  # before numba.cuda loads: numba-cuda 0.30 under numpy 2.5 (inert below)
@@ -154,6 +154,8 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 #: ``"gpu"``, ``"simulator"``, or ``"unavailable"`` (the user forced NUMBA_ENABLE_CUDASIM=0 on a
 #: machine with no usable GPU).
 MODE, MODE_REASON, _DRIVER_CUDA_VERSION = _decide()
+if MODE == "simulator":
+    simulator_shared.install()   # before numba.cuda's simulator loads, or at once if it has
 
 
 def timings_meaningful() -> bool:
