@@ -98,7 +98,8 @@ def test_kernel_output_is_shown_only_when_the_kernel_fails(run):
     # the in-place run, all cells' failures: one line each and the total, on stdout only
     assert len(run["ip_stdout"].strip().splitlines()) == 3
     # stderr holds nothing, or only the note that a kernel which did not start was restarted
-    assert all(ln.endswith("starting it again") for ln in run["ip_stderr"].splitlines())
+    assert all(ln.endswith("starting it again") for ln in run["ip_stderr"].splitlines()), (
+        run["ip_stderr"])
 
 
 @pytest.mark.slow
@@ -190,6 +191,27 @@ def test_a_kernel_that_never_starts_fails_after_the_last_try(tmp_path, monkeypat
     assert not ok and error == "RuntimeError: Kernel didn't respond in 60 seconds"
     assert len(calls) == run_notebooks.KERNEL_START_TRIES
     assert all(not c.outputs for c in nbformat.read(good, as_version=4).cells)  # not rewritten
+
+
+def test_a_cells_late_output_is_waited_for_past_nbclients_4_s(tmp_path, monkeypatch):
+    """On a busy machine a cell's output can arrive seconds after its reply; nbclient's default
+    4 s drops it with a "Timeout waiting for IOPub output" line on stderr."""
+    import nbclient
+
+    class Stop(BaseException):
+        pass
+
+    seen = []
+
+    def execute(self, **kwargs):
+        seen.append(self.iopub_timeout)
+        raise Stop
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", execute)
+    with pytest.raises(Stop):
+        run_notebooks.execute(nbformat.v4.new_notebook(), tmp_path)
+    assert seen == [run_notebooks.IOPUB_TIMEOUT_S] and run_notebooks.IOPUB_TIMEOUT_S >= 30
+    assert nbclient.NotebookClient(nbformat.v4.new_notebook()).iopub_timeout == 4   # without
 
 
 def test_nbval_starts_its_kernels_with_retries(capsys):

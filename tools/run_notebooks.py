@@ -30,6 +30,11 @@ KERNEL_LOG_LINES = 20
 #: a kernel that dies after it started is not started again.
 KERNEL_START_TRIES = 3
 
+#: Seconds to wait, after a cell's reply, for the rest of its output (nbclient waits 4 s, then
+#: logs "Timeout waiting for IOPub output" on stderr and keeps the cell without that output,
+#: which a machine busy with other work can take longer than that to deliver).
+IOPUB_TIMEOUT_S = 30
+
 
 def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = False,
             name: str = "notebook", **start_kwargs) -> None:
@@ -38,8 +43,9 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
     A kernel that does not start is started again, up to ``KERNEL_START_TRIES`` starts in all
     (each retry is noted on stderr, under ``name``); a kernel that dies after it started is
     not. Widget state is not stored: it would embed each chart widget's JavaScript in the
-    file. ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the
-    kernel process's own output goes).
+    file. A cell's output may arrive up to :data:`IOPUB_TIMEOUT_S` after its reply.
+    ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the kernel
+    process's own output goes).
 
     Raises:
         What nbclient raises: ``CellExecutionError`` (a cell raised, unless ``allow_errors``),
@@ -51,6 +57,7 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
     for attempt in range(1, KERNEL_START_TRIES + 1):
         started = []
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                iopub_timeout=IOPUB_TIMEOUT_S,
                                 allow_errors=allow_errors, store_widget_state=False,
                                 resources={"metadata": {"path": str(cwd)}},
                                 on_notebook_start=lambda notebook: started.append(True))
