@@ -54,6 +54,63 @@ def test_describe_names_mode_cpu_and_versions():
     assert html.startswith("<table>") and "mode" in html
 
 
+X86 = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz
+cpu MHz\t\t: 1200.000
+flags\t\t: fpu sse avx avx2 fma
+processor\t: 1
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz
+flags\t\t: fpu sse avx avx2 fma avx512f
+"""
+#: An Arm board: no model name and no clock in the file.
+ARM = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm\nCPU part\t: 0xd0c\n"
+
+
+@pytest.mark.parametrize("text, want", [
+    (X86, ("Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", {"fpu", "sse", "avx", "avx2", "fma"},
+           2_400_000_000)),   # the clock in the name, not cpu MHz (the current, idle clock)
+    (X86.replace(" @ 2.40GHz", ""),
+     ("Intel(R) Xeon(R) CPU E5-2680 v4", {"fpu", "sse", "avx", "avx2", "fma"}, 1_200_000_000)),
+    (ARM, (None, {"fp", "asimd", "evtstrm"}, None)),
+])
+def test_proc_cpuinfo_reads_the_model_flags_and_clock_as_py_cpuinfo_does(tmp_path, text, want):
+    from helpers.device import host
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    brand, flags, hz = host.proc_cpuinfo(str(path))
+    assert (brand, set(flags), hz) == want
+    assert host.proc_cpuinfo(str(tmp_path / "absent")) == (None, frozenset(), None)
+
+
+def test_the_cpu_report_asks_py_cpuinfo_only_for_what_proc_cpuinfo_lacks(monkeypatch):
+    """py-cpuinfo's get_cpu_info() starts a Python process (about a second of CPU) each call:
+    where /proc/cpuinfo names the model and clock it is not called; where not, it fills in."""
+    import cpuinfo
+
+    from helpers.device import host
+
+    calls = []
+
+    def get_cpu_info():
+        calls.append(1)
+        return {"brand_raw": "Example Arm CPU", "hz_advertised": [2_000_000_000, 0],
+                "flags": ["asimd"]}
+
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", get_cpu_info)
+    monkeypatch.setattr(host, "cpu_count", lambda logical=True: 4)
+    monkeypatch.setattr(host, "proc_cpuinfo", lambda: ("Intel(R) Xeon(R) CPU @ 2.40GHz",
+                                                       frozenset({"avx2", "fma"}), 2_400_000_000))
+    assert backend._cpu() == ("Intel(R) Xeon(R) CPU @ 2.40GHz", 4 * 2.4e9 * 32,
+                              "4 cores x 2.40 GHz x 32 FLOP/cycle (AVX2 + FMA, 2 FMA units)")
+    assert calls == []
+    monkeypatch.setattr(host, "proc_cpuinfo", lambda: (None, frozenset({"asimd"}), None))
+    neon = "4 cores x 2.00 GHz x 16 FLOP/cycle (NEON, assumed 2 x 128-bit FMA units)"
+    assert backend._cpu() == ("Example Arm CPU", 4 * 2e9 * 16, neon)
+    assert calls == [1]
+
+
 def test_info_is_json_serialisable():
     d = backend.info().as_dict()
     assert json.loads(json.dumps(d))["mode"] == backend.MODE

@@ -313,16 +313,18 @@ def _versions() -> dict[str, str]:
 
 def _cpu() -> tuple[str, float | None, str]:
     """CPU model, estimated FP32 peak FLOP/s, and how the estimate was made."""
-    model, flags, hz = platform.processor() or platform.machine(), set(), None
-    try:
-        import cpuinfo
+    model, flags, hz = host.proc_cpuinfo()   # Linux: the file py-cpuinfo reads first there
+    if not (model and hz):   # elsewhere, or a file without them: py-cpuinfo's other sources
+        try:
+            import cpuinfo
 
-        data = cpuinfo.get_cpu_info()
-        model = data.get("brand_raw") or model
-        flags = set(data.get("flags", []))
-        hz = (data.get("hz_advertised") or data.get("hz_actual") or (None,))[0]
-    except Exception:  # noqa: BLE001 - the CPU report is informative only
-        pass
+            data = cpuinfo.get_cpu_info()
+            model = model or data.get("brand_raw")
+            flags = flags or frozenset(data.get("flags", []))
+            hz = hz or (data.get("hz_advertised") or data.get("hz_actual") or (None,))[0]
+        except Exception:  # noqa: BLE001 - the CPU report is informative only
+            pass
+    model = model or platform.processor() or platform.machine()
     cores = host.cpu_count(logical=False) or host.cpu_count() or 1
     hz = hz or host.cpu_freq_max_hz()
     # FP32 FLOPs per cycle per core: 2 FMA units x lanes x 2 (multiply + add).
@@ -381,7 +383,8 @@ def info() -> BackendInfo:
         capability, driver and CUDA versions) and its datasheet peaks from :data:`KNOWN_GPUS`;
         in every mode it names the CPU (model, cores, an estimated FP32 peak), RAM, whether this
         is Google Colab, and the versions of the workbook's main libraries. psutil, py-cpuinfo
-        and pynvml are used where installed; what cannot be told without them is None.
+        (where ``/proc/cpuinfo`` does not name the CPU and its clock) and pynvml are used where
+        installed; what cannot be told without them is None.
     """
     gpu = _gpu_details() if MODE == "gpu" else {}
     spec = lookup_gpu(gpu["gpu_name"]) if gpu.get("gpu_name") else None

@@ -22,6 +22,7 @@ __all__ = [
     "cpu_count",
     "cpu_freq_max_hz",
     "largest_cache_bytes",
+    "proc_cpuinfo",
     "ram_available_bytes",
     "ram_total_bytes",
     "rss_bytes",
@@ -44,6 +45,58 @@ def cpu_count(logical: bool = True) -> int | None:
     if psutil is not None:
         return psutil.cpu_count(logical=logical)
     return os.cpu_count() if logical else None
+
+
+def _field(lines: list[str], names: tuple[str, ...], text: bool = False) -> str | None:
+    """The value of the first line of ``/proc/cpuinfo`` whose field is one of ``names`` (case
+    ignored) and whose value is not empty (nor a bare number, with ``text``)."""
+    wanted = {n.lower() for n in names}
+    for line in lines:
+        left, sep, right = line.partition(":")
+        right = right.strip()
+        if sep and left.strip().lower() in wanted and right and not (text and right.isdigit()):
+            return right
+    return None
+
+
+def _brand_hz(brand: str) -> float | None:
+    """The clock a CPU's brand string names (``... @ 2.40GHz``), in Hz, or None."""
+    found = re.search(r"([\d.]+)\s*([GM])Hz\s*$", brand.split("@")[-1].strip(),
+                      re.IGNORECASE)
+    if not found:
+        return None
+    try:
+        value = float(found.group(1))
+    except ValueError:
+        return None
+    return value * (1e9 if found.group(2).upper() == "G" else 1e6) or None
+
+
+def proc_cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str | None, frozenset[str], int | None]:
+    """The CPU's model name, feature flags and clock (Hz) from Linux's ``/proc/cpuinfo``:
+    (None, frozenset(), None) where the file is absent (macOS, Windows), and None for a field it
+    lacks (many Arm boards name no model or clock there).
+
+    The fields are those py-cpuinfo reads first on Linux (``model name``, ``flags`` or
+    ``Features``, ``cpu MHz``; the clock in the model name, ``... @ 2.40GHz``, before
+    ``cpu MHz``), read here without the child process ``cpuinfo.get_cpu_info()`` starts each
+    time (about a second of CPU in every new process that reports its machine).
+    """
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None, frozenset(), None
+    brand = _field(lines, ("model name", "cpu", "processor", "uarch"), text=True)
+    flags = frozenset((_field(lines, ("flags", "Features", "ASEs implemented")) or "").split())
+    hz = _brand_hz(brand) if brand and "hz" in brand.lower() else None
+    if hz is None:
+        mhz = _field(lines, ("cpu MHz", "cpu speed", "clock", "cpu MHz dynamic", "cpu MHz static"))
+        try:
+            hz = float(re.sub(r"(?i)\s*mhz$", "", mhz)) * 1e6 if mhz else None
+        except ValueError:
+            hz = None
+    return brand, flags, round(hz) if hz else None
 
 
 def cpu_freq_max_hz() -> float | None:
