@@ -23,7 +23,7 @@ import json
 import textwrap
 from collections.abc import Sequence
 
-from helpers import compile_cache, occupancy
+from helpers import compile_cache, compiler_process, occupancy
 from helpers import compiler_worker as worker
 from helpers.device import backend
 
@@ -277,7 +277,7 @@ _CACHE: dict[str, dict] = {}
 
 def _run(jobs: list[dict]) -> list[dict]:
     answer = (worker.run_jobs(jobs) if backend.MODE != "simulator"
-              else worker.run_in_child(jobs))
+              else compiler_process.run(jobs))
     if answer["unavailable"]:
         raise CompilerUnavailable(f"no CUDA compiler here: {answer['unavailable']}")
     return answer["results"]

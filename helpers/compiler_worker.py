@@ -2,8 +2,8 @@
 to PTX by NVVM and assembled by nvJitLink; the assembler's report and the PTX parsed.
 
 The simulator's ``numba.cuda`` has no compiler, so :mod:`helpers.compiled` runs
-``python -m helpers.compiler_worker`` with ``NUMBA_ENABLE_CUDASIM=0`` and hands it jobs as JSON
-on standard input: a kernel by module and name (the workbook's own) or by source and the
+``python -m helpers.compiler_worker --serve`` with ``NUMBA_ENABLE_CUDASIM=0``, kept between
+compilations by :mod:`helpers.compiler_process`, and hands it jobs as JSON on standard input: a kernel by module and name (the workbook's own) or by source and the
 globals it uses (a notebook cell's or a lab's), argument types, a target. Results come back as
 JSON, one per job. Imports nothing else of the workbook but :mod:`helpers.nvvm_ir`.
 """
@@ -24,9 +24,6 @@ import textwrap
 import types as pytypes
 
 from helpers import nvvm_ir
-
-#: Seconds a child compiler process may take before it is stopped (plus 20 s per kernel).
-CHILD_TIMEOUT_S = 60
 
 # ----------------------------------------------------------------------- parsing the outputs
 
@@ -461,26 +458,24 @@ def run_jobs(jobs: list[dict]) -> dict:
     return {"unavailable": None, "results": [_compile_one(job) for job in jobs]}
 
 
-def run_in_child(jobs: list[dict]) -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_DISABLE_PERFORMANCE_WARNINGS="1",
-               PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
-    try:
-        out = subprocess.run([sys.executable, "-m", "helpers.compiler_worker"],
-                             input=json.dumps(jobs), capture_output=True, text=True, cwd=root,
-                             env=env, timeout=CHILD_TIMEOUT_S + 20 * len(jobs))
-    except subprocess.TimeoutExpired:
-        limit = CHILD_TIMEOUT_S + 20 * len(jobs)
-        return {"unavailable": f"the compiler process took over {limit} s and was stopped",
-                "results": []}
-    lines = [s for s in out.stdout.splitlines() if s.startswith("{")]
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
-        return {"unavailable": "the compiler process failed: " + " | ".join(tail), "results": []}
-    return json.loads(lines[-1])
-
+def serve() -> None:
+    """Answer batches of jobs until standard input closes (:mod:`helpers.compiler_process`
+    keeps this process between compilations): each request a line of JSON, ``{"path": the
+    caller's sys.path, "jobs": [...]}``, each answer a line of :func:`run_jobs`'s JSON. What
+    anything else prints, Python or the compiler's libraries, goes to standard error."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.path += [p for p in request.get("path", []) if p not in sys.path]
+        _LIBRARIES.clear()   # a batch's front ends serve its targets; memory stays one batch's
+        answers.write(json.dumps(run_jobs(request["jobs"])) + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":
-    print(json.dumps(run_jobs(json.loads(sys.stdin.read() or "[]"))))
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:   # one batch: all of standard input, one answer
+        print(json.dumps(run_jobs(json.loads(sys.stdin.read() or "[]"))))

@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "helpers"
 
 #: The layers without plotly, ipywidgets or jupyter: they run on a bare GPU machine.
-COMPUTE = ["helpers.device", "helpers.occupancy", "helpers.compiler_worker", "helpers.nvvm_ir",
+COMPUTE = ["helpers.device", "helpers.occupancy", "helpers.compiler_worker",
+           "helpers.compiler_process", "helpers.nvvm_ir",
            "helpers.conv", "helpers.elementwise", "helpers.access_kernels", "helpers.images",
            "helpers.networks", "helpers.compiled", "helpers.kernels", "helpers.results",
            "helpers.paper", "helpers.experiments"]
