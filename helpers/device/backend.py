@@ -10,8 +10,8 @@ imported anywhere in the workbook, and records it in :data:`MODE`:
   tiny shapes; everything else (NumPy, torch) runs on the CPU. Simulator timings mean nothing.
 
 A user's ``NUMBA_ENABLE_CUDASIM`` is respected (:func:`_decide`). Importing it also installs
-numba-cuda's fixes: numpy 2.5 (:mod:`.numpy_compat`), race-free simulator shared arrays
-(:mod:`.simulator_shared`). :func:`describe` and :func:`info` report the choice, with datasheet
+numba-cuda's fixes (numpy 2.5; in the simulator, race-free shared arrays and a block manager that
+lets its threads run). :func:`describe` and :func:`info` report the choice, with datasheet
 peaks from :data:`KNOWN_GPUS` (:mod:`helpers.device.gpus`, re-exported here).
 """
 
@@ -28,7 +28,7 @@ import platform
 import sys
 import warnings
 
-from helpers.device import host, numpy_compat, simulator_shared
+from helpers.device import host, numpy_compat, simulator_blocks, simulator_shared
 from helpers.device.gpus import KNOWN_GPUS, GpuSpec, lookup_gpu  # the GPU table, re-exported
 
 numpy_compat.install()  # before numba.cuda loads: numba-cuda 0.30 under numpy 2.5 (inert below)
@@ -156,6 +156,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 MODE, MODE_REASON, _DRIVER_CUDA_VERSION = _decide()
 if MODE == "simulator":
     simulator_shared.install()   # before numba.cuda's simulator loads, or at once if it has
+    simulator_blocks.install()
 
 
 def timings_meaningful() -> bool:

@@ -15,8 +15,9 @@ or at once if it has. Numba's key, dynamic shared buffer (``shape=0``) and refus
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
+
+from helpers.device import after_import
 
 __all__ = ["MODULE", "array", "install", "installed"]
 
@@ -59,62 +60,16 @@ def _patch(module) -> bool:
     return True
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the wrapped loader, then patches the module it made."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        _patch(module)
-
-    def __getattr__(self, name):  # get_source, get_filename, ... of the wrapped loader
-        return getattr(self._loader, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds :data:`MODULE` through the other finders and wraps its loader in :class:`_Loader`;
-    every other module is left to them."""
-
-    _busy = False
-
-    def find_spec(self, name, path, target=None):
-        if name != MODULE or self._busy:
-            return None
-        self._busy = True
-        try:
-            for finder in sys.meta_path:
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None and spec.loader is not None:
-                    spec.loader = _Loader(spec.loader)
-                    return spec
-            return None
-        finally:
-            self._busy = False
-
-
 def installed() -> bool:
     """Whether the simulator's shared arrays are (or, once it loads, will be) race-free."""
     module = sys.modules.get(MODULE)
     if module is not None:
         return bool(getattr(getattr(getattr(module, "FakeCUDAShared", None), "array", None),
                             "race_free", False))
-    return any(isinstance(f, _Finder) for f in sys.meta_path)
+    return after_import.pending(MODULE, _patch)
 
 
 def install() -> bool:
     """Patch the simulator's ``FakeCUDAShared.array`` now if its module is loaded, else when it
     loads. Returns whether it is (or will be) patched; safe to call more than once."""
-    module = sys.modules.get(MODULE)
-    if module is not None:
-        return _patch(module)
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
-    return True
+    return after_import.when_loaded(MODULE, _patch)
