@@ -77,14 +77,23 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
 
 
-def _timed(call, min_run_time: float, label: str) -> tuple[float, float, int]:
+def _once(call):
+    """``call()``'s result and its time in ms: a check's call, which compiles on a GPU."""
+    start = time.perf_counter()
+    out = call()
+    return out, (time.perf_counter() - start) * 1e3
+
+
+def _timed(call, min_run_time: float, label: str,
+           first_ms: float | None = None) -> tuple[float, float, int]:
     """(median ms, IQR ms, calls timed) of ``call`` on the CUDA path: every caller has run it
-    once already (its check, which compiles); one more warm-up call on a GPU. In the simulator
-    one call is timed: its time says nothing about a GPU, and each call costs seconds there."""
+    once already (its check, which compiles; ``first_ms`` its time); one more warm-up call on a
+    GPU. In the simulator that first call is the timing (else one call is timed): its time
+    says nothing about a GPU, and each call costs seconds there."""
     if backend.MODE != "gpu":
-        start = time.perf_counter()
-        call()
-        return (time.perf_counter() - start) * 1e3, 0.0, 1
+        if first_ms is None:
+            first_ms = _once(call)[1]
+        return first_ms, 0.0, 1
     t = benchmark(call, device="cuda", label=label, warmup=1 if backend.MODE == "gpu" else 0,
                   min_run_time=min_run_time)
     return t.median_ms, t.iqr_s * 1e3, t.repeats * t.calls_per_repeat
@@ -152,9 +161,9 @@ def _rung_row(r, a, b, c, ref, flops, n, min_run_time, deadline, time_limit) -> 
     try:
         c.fill_(float("nan"))
         run = ladder.launcher(r.name, a, b, c)
-        run()
+        _, first_ms = _once(run)
         row["rel_err"] = _rel_err(c, ref)
-        ms, iqr, calls = _timed(run, min_run_time, r.name)
+        ms, iqr, calls = _timed(run, min_run_time, r.name, first_ms)
     except Exception as exc:  # noqa: BLE001 - one rung's failure is a row, not the end
         return dict(row, status=f"failed: {type(exc).__name__}: {exc}")
     return dict(row, median_ms=ms, iqr_ms=iqr, calls=calls, gflop_s=flops / ms / 1e6,
@@ -192,9 +201,9 @@ def im2col_rows(layers: tuple[ConvConfig, ...], min_run_time: float = 0.2, *, de
                 dst = arrays.poisoned(cols_shape if op == "im2col" else cfg.x_shape, dev)
                 try:
                     run = unroll.launcher(kernel, src, dst, cfg)
-                    run()
+                    _, first_ms = _once(run)
                     outs[kernel] = dst.clone() if kernel == first else dst
-                    ms, iqr, calls = _timed(run, min_run_time, kernel)
+                    ms, iqr, calls = _timed(run, min_run_time, kernel, first_ms)
                 except Exception as exc:  # noqa: BLE001
                     rows.append(dict(row, status=f"failed: {type(exc).__name__}: {exc}"))
                     continue
@@ -234,8 +243,9 @@ def direct_rows(layers: tuple[ConvConfig, ...], min_run_time: float = 0.2, *, de
                 rows.append(dict(row, status=time_limit_status(time_limit)))
                 continue
             try:
-                err = _rel_err(call(), want)
-                ms, iqr, calls = _timed(call, min_run_time, item)
+                got, first_ms = _once(call)
+                err = _rel_err(got, want)
+                ms, iqr, calls = _timed(call, min_run_time, item, first_ms)
             except Exception as exc:  # noqa: BLE001
                 rows.append(dict(row, status=f"failed: {type(exc).__name__}: {exc}"))
                 continue
@@ -282,8 +292,9 @@ def dw_gemm_rows(layers: tuple[ConvConfig, ...], min_run_time: float = 0.2, *, d
                 rows.append(dict(row, status=time_limit_status(time_limit)))
                 continue
             with tf32_mode(tf32):
-                err = _rel_err(call(), ref)
-                ms, iqr, calls_ = _timed(call, min_run_time, item)
+                got, first_ms = _once(call)
+                err = _rel_err(got, ref)
+                ms, iqr, calls_ = _timed(call, min_run_time, item, first_ms)
             rows.append(dict(row, median_ms=ms, iqr_ms=iqr, calls=calls_,
                              gflop_s=flops / ms / 1e6, rel_err=err, status=_status()))
         fp32 = [r["median_ms"] for r in rows[-3:] if r["item"].endswith("FP32") and r["median_ms"]]
