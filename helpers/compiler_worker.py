@@ -3,9 +3,10 @@ to PTX by NVVM and assembled by nvJitLink; the assembler's report and the PTX pa
 
 The simulator's ``numba.cuda`` has no compiler, so :mod:`helpers.compiled` runs
 ``python -m helpers.compiler_worker --serve`` with ``NUMBA_ENABLE_CUDASIM=0``, kept between
-compilations by :mod:`helpers.compiler_process`, and hands it jobs as JSON on standard input: a kernel by module and name (the workbook's own) or by source and the
-globals it uses (a notebook cell's or a lab's), argument types, a target. Results come back as
-JSON, one per job. Imports nothing else of the workbook but :mod:`helpers.nvvm_ir`.
+compilations by :mod:`helpers.compiler_process`, and hands it jobs as JSON on standard input: a
+kernel by module and name (the workbook's own) or by source and the globals it uses (a notebook
+cell's or a lab's), argument types, a target. Results come back as JSON, one per job. Imports
+nothing else of the workbook but :mod:`helpers.nvvm_ir`.
 """
 
 from __future__ import annotations
