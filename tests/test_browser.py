@@ -98,6 +98,11 @@ def open_and_run(page, lab, name: str) -> PageErrors:
     return errors
 
 
+def has_times(state: dict) -> bool:
+    """Whether a chart's state holds at least one point."""
+    return any(trace["y"] for trace in state["traces"])
+
+
 def check_times(state: dict) -> None:
     """A runtime chart with at least one time, all of them finite and positive."""
     ys = [y for trace in state["traces"] for y in trace["y"]]
@@ -106,12 +111,14 @@ def check_times(state: dict) -> None:
 
 def explorer_runtime_chart(page, lab, notebook: str, selector: str, text: str):
     """Open and run ``notebook``; return its explorer cell (found by a control, see
-    :func:`cell_with`), the explorer's runtime chart (its first) and that chart's state."""
+    :func:`cell_with`), the explorer's runtime chart (its first) and that chart's state once
+    it shows a first point: an explorer that draws as points arrive may still be measuring
+    its first ones when its cell has finished, the more so on a busy machine."""
     errors = open_and_run(page, lab, notebook)
     cell = cell_with(page, selector, text)
     runtime = cell.locator(".js-plotly-plot").first
     runtime.scroll_into_view_if_needed()
-    before = chart_state(runtime)
+    before = wait_for_change(runtime, {"title": "", "traces": []}, until=has_times)
     check_times(before)
     return errors, cell, runtime, before
 
