@@ -105,6 +105,18 @@ def test_make_test_runs_the_tests_marked_alone_from_the_files_it_names():
     assert marked and marked <= set(named), (marked, named)
 
 
+def test_the_test_commands_keep_bytecode():
+    """Every pytest that make test and make test-fast start runs with PYTHONDONTWRITEBYTECODE
+    empty, so that the test modules, rewritten once, are read back by the next process."""
+    text = (ROOT / "Makefile").read_text()
+    assert re.search(r"^KEEP_BYTECODE\s*:=\s*PYTHONDONTWRITEBYTECODE=\s*$", text, flags=re.M)
+    for target in ("test", "test-fast"):
+        recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+        runs = [line for line in recipe.splitlines() if "-m pytest" in line]
+        assert runs and all("$(KEEP_BYTECODE) $(PY) -m pytest" in line for line in runs), \
+            (target, recipe)
+
+
 def test_ci_runs_make_test():
     ci = ROOT / ".ci" / "run"
     commands = [ln.strip() for ln in ci.read_text().splitlines()
