@@ -3,10 +3,10 @@ by another process (a notebook, a test worker, the next run).
 
 :func:`get` and :func:`put` read and write one answer of :mod:`helpers.compiler_worker` (a JSON
 dict) under a key made from the job's description and :func:`fingerprint`: the Python version,
-the bytes of every module of :mod:`helpers` and the compiler's package versions, so any change
-to the code or the compiler misses the cache. The folder is ``$WORKBOOK_COMPILE_CACHE``, else
-``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled`` (``~/.cache/...``); ``WORKBOOK_COMPILE_CACHE=off``
-turns it off. Entries are written whole (a temporary file, then renamed), so concurrent
+the bytes of every module of :mod:`helpers` and the versions of the compiler's packages and
+numpy, so any change to the code, the compiler or numpy misses the cache. The folder is
+``$WORKBOOK_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled``
+(``~/.cache/...``); ``WORKBOOK_COMPILE_CACHE=off`` turns it off. Entries are written whole (a temporary file, then renamed), so concurrent
 processes never read half an entry; an unreadable entry is a miss. A process about to compile
 claims its jobs (:func:`claim`, a lock file per job), so that another process needing the same
 kernel at the same time waits for that answer (:func:`wait`) instead of compiling it too.
@@ -40,8 +40,10 @@ MAX_ENTRIES = 2000
 #: Seconds a process waits for another one compiling the same job before compiling it itself.
 WAIT_S = 900.0
 
+#: What the answers depend on besides Python and helpers: the compiler, and numpy, through which
+#: Numba types arrays and numpy's functions (numpy 2.5 changed what numba-cuda's typing finds).
 _PACKAGES = ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "nvidia-nvjitlink",
-             "nvidia-cuda-nvcc", "nvidia-nvvm")
+             "nvidia-cuda-nvcc", "nvidia-nvvm", "numpy")
 
 
 def folder() -> pathlib.Path | None:
@@ -58,8 +60,8 @@ def folder() -> pathlib.Path | None:
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """A hash of the Python version (Numba compiles its bytecode), every ``.py`` file of
-    :mod:`helpers` and the compiler's package versions: what a cached answer was computed
-    with."""
+    :mod:`helpers` and the versions of the compiler's packages and numpy: what a cached answer
+    was computed with."""
     import sys
     from importlib import metadata
 

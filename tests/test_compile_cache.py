@@ -37,6 +37,28 @@ def test_the_key_changes_with_the_job_and_the_fingerprint(cache, monkeypatch):
     assert compile_cache.get(JOB) is None                          # changed code: a miss
 
 
+def test_another_numpy_is_another_fingerprint(monkeypatch):
+    """Numba types arrays through numpy, so a server's numpy 2.5 must not read what the same
+    Python and compiler answered with another numpy (nor another compiler's answers)."""
+    from importlib import metadata
+
+    real = metadata.version
+
+    def fingerprint_with(name, version):
+        compile_cache.fingerprint.cache_clear()
+        monkeypatch.setattr(metadata, "version", lambda n: version if n == name else real(n))
+        try:
+            return compile_cache.fingerprint()
+        finally:
+            monkeypatch.setattr(metadata, "version", real)
+            compile_cache.fingerprint.cache_clear()
+
+    here = fingerprint_with("numpy", real("numpy"))
+    assert fingerprint_with("numpy", "2.5.0") != here != fingerprint_with("numpy", "2.3.0")
+    assert fingerprint_with("numba-cuda", "0.0.1") != here
+    assert fingerprint_with("plotly", "0.0.1") == here            # not what a kernel compiles with
+
+
 def test_off_keeps_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv(compile_cache.ENV, "off")
     assert compile_cache.folder() is None

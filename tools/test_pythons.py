@@ -7,7 +7,8 @@ lab solution through the real compiler, the lab 1 and 2 compile checks, the nump
 GPU recording's dry run) and notebooks 03 and 07 under nbval. Then, with Python 3.12, an
 environment like a bare GPU server's, ``.venv-gpu-server``: numpy 2.5, numba, numba-cuda
 0.30.4 and torch only (no plotly, no Jupyter), where the compute layers must import and every
-kernel compile through ``PYTHONPATH=.`` alone; the numpy 2.5 fix's tests run against it; then,
+kernel compile for an H100 (sm_90; the other targets are compiled on each Python above) through
+``PYTHONPATH=.`` alone; the numpy 2.5 fix's tests run against it; then,
 with the server's other packages added (pytest among them), the GPU tests' command
 (tools/gpu_tests.py), which collects them and skips them here, and the dry run of a lent GPU's
 one call (tools/gpu_lease.py: the GPU recording, those tests, tier two).
@@ -66,6 +67,11 @@ SHARED = {"WORKBOOK_COMPILE_CACHE": os.environ.get("WORKBOOK_COMPILE_CACHE")
           or str(ROOT / "build" / "compile-cache")}
 #: pytest on both cores, each file on one worker (a notebook's cells stay in order).
 WORKERS = ("-n", "2", "--dist", "loadfile")
+
+# The environments are installed without compiling their bytecode (uv's --compile-bytecode,
+# which `make env` uses for learners): on two cores that compiles every module of torch and the
+# rest, about 55 s an environment, where the steps here import a small part of it and, with
+# PYTHONDONTWRITEBYTECODE empty (as `make test-pythons` sets it), write that part as they go.
 
 
 def uv() -> str:
@@ -141,8 +147,7 @@ def learner_python(steps: Steps, version: str, python: str) -> None:
     venv = ROOT / f".venv-py{version}"
     env = {"UV_PROJECT_ENVIRONMENT": str(venv)}
     if not steps.run(f"Python {version}: environment from uv.lock",
-                     [uv(), "sync", "--frozen", "--quiet", "--compile-bytecode", "--python",
-                      python], env):
+                     [uv(), "sync", "--frozen", "--quiet", "--python", python], env):
         return
     py = str(venv / "bin" / "python")
     steps.run(f"Python {version}: tests marked each_python",
@@ -160,8 +165,8 @@ def gpu_server(steps: Steps, python: str) -> None:
     if not (steps.run("GPU server: bare environment (Python 3.12, numpy 2.5, torch)",
                       [uv(), "venv", "--quiet", "--clear", "--python", python, str(venv)])
             and steps.run("GPU server: numpy 2.5, numba, numba-cuda 0.30.4, torch",
-                          [uv(), "pip", "install", "--quiet", "--compile-bytecode", "--python", py,
-                           *SERVER_CORE, torch])):
+                          [uv(), "pip", "install", "--quiet", "--python", py, *SERVER_CORE,
+                           torch])):
         return
     bare = {"PYTHONPATH": str(ROOT)}
     contract = next(c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -169,14 +174,13 @@ def gpu_server(steps: Steps, python: str) -> None:
     steps.run("GPU server: every compute-layer module imports",
               [py, "-c", IMPORT_ALL, json.dumps(contract["source_modules"]),
                json.dumps(contract["forbidden_modules"])], bare)
-    steps.run("GPU server: python -m helpers.kernels (every kernel, every target)",
-              [py, "-m", "helpers.kernels"], bare)
+    steps.run("GPU server: python -m helpers.kernels (every kernel, for an H100)",
+              [py, "-m", "helpers.kernels", "--targets", "sm_90"], bare)
     steps.run("GPU server: the numpy 2.5 fix, both ways",
               [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                "tests/test_numpy_compat.py"], {"WORKBOOK_NUMPY25_PYTHON": py})
     if steps.run("GPU server: its other packages (torchvision, psutil, tqdm, ...)",
-                 [uv(), "pip", "install", "--quiet", "--compile-bytecode", "--python", py,
-                  *SERVER_EXTRAS,
+                 [uv(), "pip", "install", "--quiet", "--python", py, *SERVER_EXTRAS,
                   f"torchvision=={locked_version('torchvision')}", torch]):
         steps.run("GPU server: numpy is still 2.5 beside them",
                   [py, "-c", "import numpy as np; assert not hasattr(np, 'row_stack'), "
