@@ -117,12 +117,57 @@ def test_the_test_commands_keep_bytecode():
             (target, recipe)
 
 
-def test_ci_runs_make_test():
-    ci = ROOT / ".ci" / "run"
-    commands = [ln.strip() for ln in ci.read_text().splitlines()
-                if ln.strip() and not ln.strip().startswith("#")]
-    assert "make test" in commands
-    assert ci.stat().st_mode & 0o111, ".ci/run should be executable"
+FAKE_MAKE = """#!/usr/bin/env bash
+echo "start $* $(date +%s.%N)" >> "$CALLS"
+[ "$*" = test ] && sleep 1.5
+[ "$*" = test-pythons ] && echo "the Pythons' report"
+echo "end $* $(date +%s.%N)" >> "$CALLS"
+[ "$*" = "$FAIL" ] && exit 3
+exit 0
+"""
+
+
+def _run_ci(tmp_path, fail: str):
+    """.ci/run in a copy of the repository's root with `make` (and Chromium) replaced by scripts
+    that log each call's target, start and end; the target named ``fail`` exits 3."""
+    import os
+    import subprocess
+
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_bytes((ROOT / ".ci" / "run").read_bytes())
+    (tmp_path / ".ci" / "run").chmod(0o755)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("make", FAKE_MAKE), ("chromium", "#!/bin/sh\nexit 0\n")):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = dict(os.environ, PATH=f"{bin_}{os.pathsep}{os.environ['PATH']}", CALLS=str(calls),
+               FAIL=fail)
+    out = subprocess.run([str(tmp_path / ".ci" / "run")], env=env, capture_output=True,
+                         text=True, timeout=60)
+    log = {}
+    for line in calls.read_text().splitlines():
+        what, target, when = line.split()
+        log[(what, target)] = float(when)
+    return out, log
+
+
+def test_ci_installs_then_runs_make_test_with_test_pythons_beside_it(tmp_path):
+    assert (ROOT / ".ci" / "run").stat().st_mode & 0o111, ".ci/run should be executable"
+    out, log = _run_ci(tmp_path, fail="none")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert log[("end", "env")] <= min(log[("start", "test")], log[("start", "test-pythons")])
+    assert log[("start", "test-pythons")] < log[("end", "test")]        # beside, not after
+    assert "the Pythons' report" in out.stdout                         # its output is shown
+
+
+@pytest.mark.parametrize("failing", ["test", "test-pythons", "env"])
+def test_ci_fails_when_either_fails(tmp_path, failing):
+    out, log = _run_ci(tmp_path, fail=failing)
+    assert out.returncode != 0, (failing, out.stdout)
+    if failing != "env":
+        assert ("end", "test") in log and ("end", "test-pythons") in log   # both ran to the end
 
 
 def test_readme_names_the_commands():
