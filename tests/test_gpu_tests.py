@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -88,6 +89,23 @@ def test_a_run_past_its_budget_is_interrupted_and_logged(tmp_path):
     text = log.read_text()
     assert "budget of 0.5 s reached: pytest interrupted" in text
     assert text == out.getvalue()
+
+
+def test_the_interrupt_reaches_pytest_when_the_caller_ignores_it(monkeypatch):
+    """Started in the background by a script (``make gpu-lease &``), the caller ignores SIGINT
+    and its children would inherit that: the budget's interrupt must still stop pytest, not
+    wait out the grace and kill it."""
+    import signal
+
+    monkeypatch.setattr(gpu_tests, "_GRACE_S", 60.0)
+    slow = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"]
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        begun = time.monotonic()
+        code = gpu_tests.run(0.5, argv=slow, out=io.StringIO())
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert code not in (0, -9) and time.monotonic() - begun < 30, code
 
 
 def test_a_run_that_ignores_the_interrupt_is_killed(tmp_path, monkeypatch):

@@ -61,6 +61,14 @@ def environment() -> dict[str, str]:
     return env
 
 
+def _interruptible() -> None:
+    """In the child before pytest starts: SIGINT's default action. A command started in the
+    background by a script (``cmd &``), and what it starts, inherits SIGINT ignored, and so
+    would a child of a test worker that ignores it; pytest would then run on past the budget
+    until it is killed after the grace time, and its log would end without its summary."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(budget_s: float, log: pathlib.Path | None = None, *, argv: list[str] | None = None,
         out=sys.stdout, stop: threading.Event | None = None) -> int:
     """Run ``argv`` (default: :func:`command` on :func:`gpu_test_modules`) from the repository
@@ -80,7 +88,8 @@ def run(budget_s: float, log: pathlib.Path | None = None, *, argv: list[str] | N
     sink = open(log, "w", encoding="utf-8") if log else None  # noqa: SIM115
     try:
         proc = subprocess.Popen(argv, cwd=ROOT, env=environment(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+                                stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                preexec_fn=_interruptible if os.name == "posix" else None)
 
         def copy():
             for line in proc.stdout:
