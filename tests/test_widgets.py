@@ -324,8 +324,10 @@ def test_reference_gpu_rows_are_drawn_with_the_gpus_bandwidth(tmp_path, monkeypa
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
 
     ex = widgets.ThroughputExplorer(use_figurewidget=False, size_range=(1000, 10000),
-                                    point_budget_s=60.0, min_run_time=0.005)
+                                    point_budget_s=60.0, min_run_time=0.005,
+                                    worker=PlantedWorker())
     fig = ex.throughput_chart.figure
+    assert {r["size"] for r in ex.rows} == {1000, 3162, 10000}   # drawn beside what it measured
     reference = [t for t in fig.data if "(results/)" in t.name]
     assert len(reference) == 1
     assert "NVIDIA H100 80GB HBM3" in reference[0].name

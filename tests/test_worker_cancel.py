@@ -35,6 +35,7 @@ def _unwanted_after(seconds: float):
     return lambda: not wanted.is_set()
 
 
+@pytest.mark.slow
 def test_a_timed_call_no_longer_wanted_stops_without_killing_its_process(tests_importable):
     worker = Worker(grace_s=60.0)
     try:
@@ -53,6 +54,7 @@ def test_a_timed_call_no_longer_wanted_stops_without_killing_its_process(tests_i
         worker.close()
 
 
+@pytest.mark.slow
 def test_a_timed_call_past_its_time_stops_cooperatively_too(tests_importable):
     worker = Worker(grace_s=60.0)
     try:
