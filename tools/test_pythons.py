@@ -1,10 +1,11 @@
 """The tests that depend on the Python and numpy a learner has, on every Python 3.12+ found here,
-and on a GPU server's own combination: ``make test-pythons`` (CI runs it after ``make test``).
+and on a GPU server's own combination: ``make test-pythons`` (CI runs it beside ``make test``).
 
 For each of Python 3.12 and 3.13 found (on PATH, under pyenv, or known to uv): an environment
 ``.venv-pyX.Y`` synced from uv.lock, then the tests marked ``each_python`` (every kernel and
 lab solution through the real compiler, the lab 1 and 2 compile checks, the numpy 2.5 fix, the
-GPU recording's dry run) and notebooks 03 and 07 under nbval. Then, with Python 3.12, an
+GPU recording's dry run, which the GPU server's steps below run on Python 3.12 themselves) and
+notebooks 03 and 07 under nbval. Then, with Python 3.12, an
 environment like a bare GPU server's, ``.venv-gpu-server``: numpy 2.5, numba, numba-cuda
 0.30.4 and torch only (no plotly, no Jupyter), where the compute layers must import and every
 kernel compile for an H100 (sm_90; the other targets are compiled on each Python above) through
@@ -142,8 +143,16 @@ class Steps:
         return all(not r.startswith("FAILED") for _, r, _ in self.results)
 
 
-def learner_python(steps: Steps, version: str, python: str) -> None:
-    """Sync ``.venv-pyX.Y`` from uv.lock with ``python``, then run the subset there."""
+#: The GPU server's Python: its lease dry run records on it, so on the learner's environment of
+#: the same Python the recording's dry run (tests/test_gpu_reference.py) would repeat that.
+SERVER_PYTHON = "3.12"
+RECORDING_TESTS = "tests/test_gpu_reference.py"
+
+
+def learner_python(steps: Steps, version: str, python: str, recording: bool = True) -> None:
+    """Sync ``.venv-pyX.Y`` from uv.lock with ``python``, then run the subset there; without
+    the recording's dry run where ``recording`` is False (the GPU server's steps run it on this
+    Python)."""
     venv = ROOT / f".venv-py{version}"
     env = {"UV_PROJECT_ENVIRONMENT": str(venv)}
     if not steps.run(f"Python {version}: environment from uv.lock",
@@ -152,7 +161,7 @@ def learner_python(steps: Steps, version: str, python: str) -> None:
     py = str(venv / "bin" / "python")
     steps.run(f"Python {version}: tests marked each_python",
               [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", *WORKERS, "-m", "each_python",
-               "tests"])
+               "tests", *([] if recording else ["--ignore", RECORDING_TESTS])])
     steps.run(f"Python {version}: notebooks 03 and 07 under nbval",
               [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", *WORKERS, *NOTEBOOKS])
 
@@ -207,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             steps.skip(f"Python {version}", "not found on this machine")
         else:
             print(f"Python {version}: {python}", flush=True)
-            learner_python(steps, version, python)
+            learner_python(steps, version, python,
+                           recording=args.no_gpu_server or version != SERVER_PYTHON)
     if not args.no_gpu_server:
-        python = found.get("3.12") or find_python("3.12")
+        python = found.get(SERVER_PYTHON) or find_python(SERVER_PYTHON)
         if python is None:
             steps.skip("GPU server (Python 3.12)", "no Python 3.12 on this machine")
         else:
