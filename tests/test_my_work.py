@@ -12,7 +12,6 @@ import sys
 
 import nbformat
 import pytest
-from jupyterlab_server.workspaces_handler import WorkspacesManager
 
 from helpers.notebook import SETUP_CELL
 from tools import lab
@@ -150,6 +149,9 @@ def workspace(tabs: list[str]) -> str:
 def test_each_start_forgets_the_tabs_of_the_last_session(tmp_path):
     """JupyterLab reopens the tabs its workspace lists, starting a kernel for each notebook:
     make lab keeps the workspace in my-work/ and empties it at each start."""
+    # imported here: 1.4 s of JupyterLab's server that every test worker would pay collecting
+    from jupyterlab_server.workspaces_handler import WorkspacesManager
+
     clone(tmp_path)
     lab.prepare_work(tmp_path)
     folder = tmp_path / lab.WORK_DIR / lab.WORKSPACES
