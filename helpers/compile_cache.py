@@ -2,14 +2,15 @@
 by another process (a notebook, a test worker, the next run).
 
 :func:`get` and :func:`put` read and write one answer of :mod:`helpers.compiler_worker` (a JSON
-dict) under a key made from the job's description and :func:`fingerprint`: the Python version,
-the bytes of every module of :mod:`helpers` and the versions of the compiler's packages and
-numpy, so any change to the code, the compiler or numpy misses the cache. The folder is
-``$WORKBOOK_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled``
-(``~/.cache/...``); ``WORKBOOK_COMPILE_CACHE=off`` turns it off. Entries are written whole (a temporary file, then renamed), so concurrent
-processes never read half an entry; an unreadable entry is a miss. A process about to compile
-claims its jobs (:func:`claim`, a lock file per job), so that another process needing the same
-kernel at the same time waits for that answer (:func:`wait`) instead of compiling it too.
+dict) under a key made from the job's description and :func:`fingerprint`: the Python version, the
+bytes of every module of :mod:`helpers` and the versions of the compiler's packages and numpy, so
+any change to the code, the compiler or numpy misses the cache. The folder is
+``$WORKBOOK_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled`` (``~/.cache/...``);
+``WORKBOOK_COMPILE_CACHE=off`` turns it off. Entries are written whole (a temporary file, then
+renamed), so concurrent processes never read half an entry; an unreadable entry is a miss. A
+process about to compile claims its jobs (:func:`claim`, a lock file per job), so that another
+process needing the same kernel at the same time waits for that answer (:func:`wait`) instead of
+compiling it too.
 """
 
 from __future__ import annotations

@@ -89,7 +89,10 @@ def run(budget_s: float, log: pathlib.Path | None = None, *, argv: list[str] | N
     try:
         proc = subprocess.Popen(argv, cwd=ROOT, env=environment(), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                preexec_fn=_interruptible if os.name == "posix" else None)
+                                # between fork and exec only signal.signal runs, which takes
+                                # no lock another thread could hold
+                                preexec_fn=(_interruptible  # noqa: PLW1509
+                                            if os.name == "posix" else None))
 
         def copy():
             for line in proc.stdout:

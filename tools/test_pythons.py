@@ -4,7 +4,7 @@ and on a GPU server's own combination: ``make test-pythons`` (CI runs it beside 
 For each of Python 3.12 and 3.13 found (on PATH, under pyenv, or known to uv): an environment
 ``.venv-pyX.Y`` synced from uv.lock, then the tests marked ``each_python`` (every kernel and
 lab solution through the real compiler, the lab 1 and 2 compile checks, the numpy 2.5 fix, the
-GPU recording's dry run, which the GPU server's steps below run on Python 3.12 themselves) and
+GPU recording's dry run except on 3.12, where the GPU server's steps below run it) and
 notebooks 03 and 07 under nbval. Then, with Python 3.12, an
 environment like a bare GPU server's, ``.venv-gpu-server``: numpy 2.5, numba, numba-cuda
 0.30.4 and torch only (no plotly, no Jupyter), where the compute layers must import and every
