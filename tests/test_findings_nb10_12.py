@@ -149,3 +149,29 @@ def test_bias_and_same_padding_with_an_odd_total():
         warnings.simplefilter("ignore", UserWarning)
         ref = F.conv2d(x, w, b, padding="same")
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def _ceiling(name, status="ok"):
+    return dict(experiment="ceiling", name=name, status=status, device="CPU: test")
+
+
+def test_the_ceilings_line_gives_the_ridge_only_when_both_were_measured():
+    """A busy machine can skip a ceiling's point over its budget: the line names the missing
+    ceiling and why, and gives no ridge (reading one as zero or dividing by nothing is wrong)."""
+    roof = dict(QUIET, device="CPU: test", peak_source="measured: GEMM",
+                bandwidth_source="measured: ReLU", nominal_flops=None)
+    both = tlf.ceiling_lines([_ceiling("bandwidth"), _ceiling("compute")], roof)
+    assert both == ["CPU: test: bandwidth 12.5 GB/s (measured: ReLU); compute 174 GFLOP/s "
+                    "(measured: GEMM); ridge 13.9 FLOP/B"]
+    skipped = "skipped: estimated 1.2 s per call, about 4.1 s for the point, over the 3 s budget"
+    lines = tlf.ceiling_lines([_ceiling("bandwidth", skipped), _ceiling("compute")],
+                              dict(roof, bandwidth=None))
+    assert lines[0] == "CPU: test: compute 174 GFLOP/s (measured: GEMM)"
+    assert lines[1].startswith(f"CPU: test: the bandwidth ceiling was not measured: {skipped}")
+    assert "less busy" in lines[1] and not any("ridge" in line for line in lines)
+    failed = tlf.ceiling_lines([_ceiling("bandwidth", "failed: RuntimeError: x"),
+                                _ceiling("compute", "failed: RuntimeError: x")], None)
+    assert [line.split(": the ")[1][:9] for line in failed] == ["bandwidth", "compute c"]
+    assert not any("less busy" in line for line in failed)
+    nominal = tlf.ceiling_lines([], dict(roof, nominal_flops=200e9, nominal_source="estimated"))
+    assert nominal[-1] == "nominal peak 200 GFLOP/s (estimated)"

@@ -8,6 +8,7 @@ the layer types, and our strategies beside the library on five representative la
 """
 
 from helpers.experiments.todays_layers.networks import (
+    CEILING_BUDGET_S,
     CEILING_SIZES,
     COMMAND,
     CPU_THREADS,
@@ -36,8 +37,8 @@ from helpers.experiments.todays_layers.networks import (
     value_of,
 )
 
-__all__ = ["CEILING_SIZES", "COMMAND", "CPU_THREADS", "FIELDS", "INPUT_SIZE", "LAYER_COLUMNS",
-           "LAYER_TYPES", "MIN_RUN_TIME", "NETWORKS", "PREFIX", "REPRESENTATIVE",
+__all__ = ["CEILING_BUDGET_S", "CEILING_SIZES", "COMMAND", "CPU_THREADS", "FIELDS", "INPUT_SIZE",
+           "LAYER_COLUMNS", "LAYER_TYPES", "MIN_RUN_TIME", "NETWORKS", "PREFIX", "REPRESENTATIVE",
            "STRATEGY_COLUMNS", "build", "ceilings", "config_of", "format_table", "linear_flops",
            "list_layers", "main", "measure", "missing_requirement", "recorded", "roof", "shares",
            "time_layers", "value_of"]

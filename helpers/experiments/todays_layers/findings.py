@@ -1,5 +1,6 @@
 """Notebook 12's readings of its measurements, printed from the rows, never typed in.
 
+:func:`ceiling_lines`: the roof's two ceilings and its ridge, or why one is missing;
 :func:`roof_check`: whether a run's layers and roof agree (a busy machine measures a low
 ceiling); :func:`roof_lines`, :func:`depthwise_reading`: the layers on the roof;
 :func:`ridge_sides`: layers left and right of a ridge; :func:`rate_rows`, :func:`rate_note`:
@@ -19,7 +20,8 @@ from helpers.conv.config import ConvConfig
 from helpers.device import host
 from helpers.experiments.todays_layers.compare import LAYER_TYPES, intensity
 
-__all__ = ["ROOF_TOLERANCE", "INCONSISTENT", "RATE_COLUMNS", "roof_check", "roof_lines",
+__all__ = ["ROOF_TOLERANCE", "INCONSISTENT", "RATE_COLUMNS", "ceiling_lines", "roof_check",
+           "roof_lines",
            "depthwise_reading", "ridge_sides", "rate_rows", "rate_note", "reorder_ms",
            "library_lines", "findings"]
 
@@ -40,6 +42,41 @@ def _ok(timed: Iterable[dict]) -> list[dict]:
 def _roof_at(roof: dict, at: float) -> float:
     """The roof in FLOP/s at ``at`` FLOP/B: min(compute ceiling, intensity x bandwidth)."""
     return min(roof["peak_flops"], at * roof["bandwidth"])
+
+
+def ceiling_lines(ceiling_rows: Iterable[dict], roof: dict | None) -> list[str]:
+    """The measured ceilings of one device and the ridge between them (FLOP per byte), then the
+    nominal peak where one is known; for each ceiling not measured (a point skipped over its
+    budget, a failure), its name and status instead, and no ridge.
+
+    Args:
+        ceiling_rows: ``ceilings()`` rows of the device. roof: ``roof()`` of those rows (None
+            when neither ceiling was measured).
+    """
+    rows = [r for r in ceiling_rows if r.get("experiment") == "ceiling"]
+    device = (roof or {}).get("device") or next((r["device"] for r in rows), "this device")
+    parts, missing = [], []
+    for name, key, unit, digits in (("bandwidth", "bandwidth", "GB/s", 1),
+                                    ("compute", "peak_flops", "GFLOP/s", 0)):
+        got = (roof or {}).get(key)
+        if got:
+            source = roof["bandwidth_source" if name == "bandwidth" else "peak_source"]
+            parts.append(f"{name} {got / 1e9:.{digits}f} {unit} ({source})")
+        else:
+            status = next((r.get("status") for r in rows if r.get("name") == name), None)
+            missing.append(f"the {name} ceiling was not measured: {status or 'no row'}"
+                           + (" (rerun this cell when the machine is less busy)"
+                              if str(status).startswith("skipped") else ""))
+    out = []
+    if parts:
+        ridge = (f"; ridge {roof['peak_flops'] / roof['bandwidth']:.1f} FLOP/B" if not missing
+                 else "")
+        out.append(f"{device}: " + "; ".join(parts) + ridge)
+    out += [f"{device}: {m}" for m in missing]
+    if roof and roof.get("nominal_flops"):
+        out.append(f"nominal peak {roof['nominal_flops'] / 1e9:.0f} GFLOP/s "
+                   f"({roof['nominal_source']})")
+    return out
 
 
 def roof_check(timed: Iterable[dict], roof: dict | None,

@@ -43,11 +43,11 @@ from helpers.experiments.todays_layers.compare import (
 )
 from helpers.experiments.transfers import format_table as _text_table
 
-__all__ = ["CEILING_SIZES", "COMMAND", "CPU_THREADS", "FIELDS", "INPUT_SIZE", "LAYER_COLUMNS",
-           "LAYER_TYPES", "MIN_RUN_TIME", "NETWORKS", "PREFIX", "REPRESENTATIVE",
-           "STRATEGY_COLUMNS", "build", "ceilings", "format_table", "linear_flops",
-           "list_layers", "main", "measure", "missing_requirement", "recorded", "roof",
-           "shares", "time_layers", "value_of"]
+__all__ = ["CEILING_BUDGET_S", "CEILING_SIZES", "COMMAND", "CPU_THREADS", "FIELDS", "INPUT_SIZE",
+           "LAYER_COLUMNS", "LAYER_TYPES", "MIN_RUN_TIME", "NETWORKS", "PREFIX", "REPRESENTATIVE",
+           "STRATEGY_COLUMNS", "build", "ceilings", "format_table", "linear_flops", "list_layers",
+           "main", "measure", "missing_requirement", "recorded", "roof", "shares", "time_layers",
+           "value_of"]
 
 #: torchvision's name of each network, and how the workbook writes it.
 NETWORKS = {"mobilenet_v2": "MobileNet-V2", "resnext50_32x4d": "ResNeXt-50 (32x4d)",
@@ -251,12 +251,17 @@ def shares(rows: Iterable[dict]) -> list[dict]:
 
 #: Sizes of the ceilings' measurements: ReLU elements (float32) and the GEMM's n, per device.
 CEILING_SIZES = {"cpu": (2**24, 1024), "cuda": (2**26, 4096)}
+#: Seconds one ceiling's point may take. Its size is fixed, so this guards only against a
+#: machine far too slow to use; a two-core CPU needs about 1 s for the ReLU point (0.6 s of it
+#: drawing the operands) when idle and three times that while other work shares its cores.
+CEILING_BUDGET_S = 30.0
 
 
 def ceilings(device: str = "cpu", threads: int | None = CPU_THREADS) -> list[dict]:
     """The roofline's two ceilings *measured* on ``device`` with torch, as notebook 01 measures
     them: memory bandwidth by ReLU over :data:`CEILING_SIZES` float32 values (read and written,
-    far beyond the caches), compute by a float32 n x n GEMM (TF32 off).
+    far beyond the caches), compute by a float32 n x n GEMM (TF32 off); each point within
+    :data:`CEILING_BUDGET_S` seconds.
 
     Returns:
         Two :data:`FIELDS` rows, ``experiment="ceiling"``: ``name`` ``"bandwidth"`` (``bytes``
@@ -271,8 +276,9 @@ def ceilings(device: str = "cpu", threads: int | None = CPU_THREADS) -> list[dic
     with cpu_threads(threads if device == "cpu" else None), \
             (cuda_settings() if device == "cuda" else contextlib.nullcontext()):
         relu = elementwise_sweep("relu", [elements], devices=(device,), backends=("torch",),
-                                 progress=False)[0]
-        gemm = gemm_sweep([n], devices=(device,), backends=("torch",), progress=False)[0]
+                                 point_budget_s=CEILING_BUDGET_S, progress=False)[0]
+        gemm = gemm_sweep([n], devices=(device,), backends=("torch",),
+                          point_budget_s=CEILING_BUDGET_S, progress=False)[0]
         used = torch.get_num_threads() if device == "cpu" else None
     out = []
     for name, r, what in (("bandwidth", relu, f"ReLU over {4 * elements / 2**20:.0f} MiB"),
