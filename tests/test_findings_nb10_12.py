@@ -161,8 +161,8 @@ def test_the_ceilings_line_gives_the_ridge_only_when_both_were_measured():
     roof = dict(QUIET, device="CPU: test", peak_source="measured: GEMM",
                 bandwidth_source="measured: ReLU", nominal_flops=None)
     both = tlf.ceiling_lines([_ceiling("bandwidth"), _ceiling("compute")], roof)
-    assert both == ["CPU: test: bandwidth 12.5 GB/s (measured: ReLU); compute 174 GFLOP/s "
-                    "(measured: GEMM); ridge 13.9 FLOP/B"]
+    assert both == [("CPU: test: bandwidth 12.5 GB/s (measured: ReLU); compute 174 GFLOP/s "
+                     "(measured: GEMM); ridge 13.9 FLOP/B")]
     skipped = "skipped: estimated 1.2 s per call, about 4.1 s for the point, over the 3 s budget"
     lines = tlf.ceiling_lines([_ceiling("bandwidth", skipped), _ceiling("compute")],
                               dict(roof, bandwidth=None))
