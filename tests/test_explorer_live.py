@@ -12,6 +12,7 @@ from __future__ import annotations
 import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda is imported)
 import os
 import pathlib
+import threading
 import time
 
 import pytest
@@ -36,6 +37,14 @@ class RedirectWorker(Worker):
     def __init__(self, plant: dict, **kwargs):
         super().__init__(**kwargs)
         self.plant = plant
+        #: set once a planted call is being sent to the child: a stop from then on reaches it
+        #: (before, the worker answers "stopped" without calling anything)
+        self.planted_sent = threading.Event()
+
+    def _call(self, module, *rest):
+        if module == "worker_calls":
+            self.planted_sent.set()
+        return super()._call(module, *rest)
 
     def run(self, module, name, *args, timeout_s, **kwargs):
         key = args[1] if name == "conv_point" else (args[2], args[5])
@@ -118,9 +127,8 @@ def test_a_strategy_that_ignores_a_stop_is_killed_named_and_replaced_warm(tests_
         ex = widgets.ConvExplorer(use_figurewidget=False, worker=worker, measure=False,
                                   background=True, strategies=["reference", "fft"], **SMALL)
         ex.k.value = 5
-        deadline = time.monotonic() + 120
-        while "measuring fft" not in ex.status.value and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # the status says "measuring fft" a little before the call is sent: wait for the call
+        assert worker.planted_sent.wait(120)
         assert "measuring fft" in ex.status.value
         worker.plant.clear()
         begun = time.monotonic()
