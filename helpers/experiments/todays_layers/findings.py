@@ -21,9 +21,8 @@ from helpers.device import host
 from helpers.experiments.todays_layers.compare import LAYER_TYPES, intensity
 
 __all__ = ["ROOF_TOLERANCE", "INCONSISTENT", "RATE_COLUMNS", "ceiling_lines", "roof_check",
-           "roof_lines",
-           "depthwise_reading", "ridge_sides", "rate_rows", "rate_note", "reorder_ms",
-           "library_lines", "findings"]
+           "roof_lines", "depthwise_reading", "ridge_sides", "rate_rows", "rate_note",
+           "reorder_ms", "library_lines", "findings"]
 
 #: How far (a fraction) a layer may measure above the compute ceiling before the run is
 #: called inconsistent: timing noise, never more.
