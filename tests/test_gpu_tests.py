@@ -108,11 +108,29 @@ def test_the_interrupt_reaches_pytest_when_the_caller_ignores_it(monkeypatch):
     assert code not in (0, -9) and time.monotonic() - begun < 30, code
 
 
+class _Started(io.StringIO):
+    """Output that sets ``started`` once the child has printed "started"."""
+
+    def __init__(self):
+        super().__init__()
+        self.started = threading.Event()
+
+    def write(self, text):
+        if "started" in text:
+            self.started.set()
+        return super().write(text)
+
+
 def test_a_run_that_ignores_the_interrupt_is_killed(tmp_path, monkeypatch):
+    # The stop comes only once the child ignores SIGINT: an interrupt that arrived while its
+    # interpreter was still starting (seconds on a busy machine) would end it as Python's
+    # default handler does, with status 1, and this test would judge nothing.
     monkeypatch.setattr(gpu_tests, "_GRACE_S", 0.5)
     stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, "
                 "signal.SIG_IGN); print('started', flush=True); time.sleep(600)"]
-    assert gpu_tests.run(0.5, argv=stubborn, out=io.StringIO()) == -9
+    out = _Started()
+    assert gpu_tests.run(120, argv=stubborn, out=out, stop=out.started) == -9
+    assert out.getvalue().startswith("started\n")
 
 
 def test_a_passing_run_returns_its_status(tmp_path):
