@@ -88,3 +88,147 @@ def test_a_threads_exception_names_the_thread_as_numbas_manager_does(monkeypatch
     ours, numbas = errors
     assert "tid=[5, 0, 0]" in ours and "ctaid=[0, 0, 0]" in ours
     assert ours == numbas
+
+
+# ------------------------------------------------------ kernels whose threads never wait
+
+
+@cuda.jit(device=True)
+def _meet(tile, t):
+    cuda.syncthreads()
+    return tile[t]
+
+
+@cuda.jit(device=True)
+def _double(v):
+    return 2 * v
+
+
+@cuda.jit
+def identity_kernel(out):
+    """Each thread writes what the simulator tells it it is: block, thread, lane."""
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i, 0] = cuda.blockIdx.x
+        out[i, 1] = cuda.threadIdx.x
+        out[i, 2] = cuda.laneid
+        out[i, 3] = _double(i)
+
+
+@cuda.jit
+def barrier_in_a_device_function_kernel(x, out):
+    tile = x
+    out[cuda.threadIdx.x] = _meet(tile, cuda.threadIdx.x)
+
+
+def _make_closure_kernel(device_function):
+    @cuda.jit
+    def closure_kernel(out):
+        out[cuda.threadIdx.x] = device_function(out, cuda.threadIdx.x)
+    return closure_kernel
+
+
+@cuda.jit
+def failing_in_turn_kernel(out):
+    t = cuda.threadIdx.x
+    if t == 5:
+        out[N + 100] = 1.0   # out of bounds: IndexError in thread 5
+    out[t] = t
+
+
+def test_what_decides_a_thread_per_cuda_thread():
+    assert not simulator_blocks.needs_threads(identity_kernel)   # its device function too
+    assert simulator_blocks.needs_threads(rotate_kernel)         # shared memory and barriers
+    assert simulator_blocks.needs_threads(early_exit_kernel)
+    # a barrier only in a device function it calls, by a global or a closure's cell
+    assert simulator_blocks.needs_threads(barrier_in_a_device_function_kernel)
+    assert simulator_blocks.needs_threads(_make_closure_kernel(_meet))
+    assert not simulator_blocks.needs_threads(_make_closure_kernel(_double))
+
+
+def test_a_kernel_without_barriers_runs_each_block_in_one_thread_with_the_right_indices():
+    import threading
+
+    blocks, per_block = 3, 40
+    seen = []
+    original = identity_kernel.fn.__globals__["_double"]
+
+    @cuda.jit(device=True)
+    def spy(v):
+        seen.append(threading.current_thread())   # kept: each thread object counted once
+        return 2 * v
+
+    out = np.full((blocks * per_block - 7, 4), -1, dtype=np.int64)
+    identity_kernel.fn.__globals__["_double"] = spy
+    try:
+        identity_kernel[blocks, per_block](out)
+    finally:
+        identity_kernel.fn.__globals__["_double"] = original
+    i = np.arange(out.shape[0])
+    np.testing.assert_array_equal(out[:, 0], i // per_block)
+    np.testing.assert_array_equal(out[:, 1], i % per_block)
+    np.testing.assert_array_equal(out[:, 2], (i % per_block) % 32)
+    np.testing.assert_array_equal(out[:, 3], 2 * i)
+    assert len(seen) == out.shape[0] and len({id(t) for t in seen}) == blocks
+
+
+def test_a_device_function_redefined_with_a_barrier_is_seen_at_the_next_launch():
+    """A notebook may rebind the device function a kernel calls: the next launch must run a
+    thread per CUDA thread, or the barrier would be met by one thread alone."""
+    x = np.arange(N, dtype=np.float32)
+    out = np.zeros(N, dtype=np.float32)
+    g = identity_kernel.fn.__globals__
+    original = g["_double"]
+    assert not simulator_blocks.needs_threads(identity_kernel)
+    g["_double"] = _meet
+    try:
+        assert simulator_blocks.needs_threads(identity_kernel)
+    finally:
+        g["_double"] = original
+    barrier_in_a_device_function_kernel[1, N](x, out)   # meets its barrier: all threads live
+    np.testing.assert_array_equal(out, x)
+
+
+def test_in_turn_a_threads_exception_names_the_thread_as_numbas_manager_does(monkeypatch):
+    from numba.cuda.simulator import kernel
+
+    assert not simulator_blocks.needs_threads(failing_in_turn_kernel)
+    errors = []
+    for method in (simulator_blocks.run, simulator_blocks._NUMBA_RUN):
+        monkeypatch.setattr(kernel.BlockManager, "run", method)
+        with pytest.raises(IndexError) as caught:
+            failing_in_turn_kernel[2, N](np.zeros(N, dtype=np.float32))
+        errors.append(str(caught.value))
+    ours, numbas = errors
+    assert "tid=[5, 0, 0]" in ours and "ctaid=[0, 0, 0]" in ours
+    assert ours == numbas
+
+
+def test_a_barrier_reached_in_turn_is_an_error_not_a_hang(monkeypatch):
+    monkeypatch.setattr(simulator_blocks, "needs_threads", lambda kernel: False)
+    with pytest.raises(RuntimeError, match="needs_threads"):
+        rotate_kernel[1, N](np.arange(N, dtype=np.float32), np.zeros(N, dtype=np.float32), 1)
+
+
+class _Proxy:
+    """A global like the lab 6 recorder's ``cuda``: it answers every attribute from the
+    launch running now, and fails outside one."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"{name} read outside a launch")
+
+
+PROXY = _Proxy()
+
+
+def _through_the_proxy(out):
+    out[0] = PROXY.threadIdx.x
+
+
+def _barrier_through_the_proxy(out):
+    PROXY.syncthreads()
+
+
+def test_the_decision_reads_no_attribute_of_a_global_it_does_not_know():
+    assert not simulator_blocks.needs_threads(_through_the_proxy)
+    assert simulator_blocks.needs_threads(_barrier_through_the_proxy)   # by the name it uses
