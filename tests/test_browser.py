@@ -116,7 +116,11 @@ def explorer_runtime_chart(page, lab, notebook: str, selector: str, text: str):
     its first ones when its cell has finished, the more so on a busy machine."""
     errors = open_and_run(page, lab, notebook)
     cell = cell_with(page, selector, text)
+    cell.scroll_into_view_if_needed()
     runtime = cell.locator(".js-plotly-plot").first
+    # drawn once the widget's view has rendered: on a busy machine, past Playwright's default
+    # of 30 s (it took longer once, with the other test workers busy)
+    runtime.wait_for(state="attached", timeout=180_000)
     runtime.scroll_into_view_if_needed()
     before = wait_for_change(runtime, {"title": "", "traces": []}, until=has_times)
     check_times(before)
