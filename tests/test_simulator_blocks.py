@@ -76,14 +76,21 @@ def test_threads_that_ended_do_not_hold_up_the_barrier():
     assert np.isnan(out[half:]).all()
 
 
-def test_a_threads_exception_names_the_thread_as_numbas_manager_does(monkeypatch):
-    from numba.cuda.simulator import kernel
+@pytest.mark.parametrize("kernel, blocks, threaded", [
+    ("failing_kernel", 1, True),             # its threads meet at a barrier
+    ("failing_in_turn_kernel", 2, False),    # run in turn: the error names the same thread
+])
+def test_a_threads_exception_names_the_thread_as_numbas_manager_does(monkeypatch, kernel,
+                                                                     blocks, threaded):
+    from numba.cuda.simulator import kernel as simulator_kernel
 
+    launch = globals()[kernel]
+    assert simulator_blocks.needs_threads(launch) is threaded
     errors = []
     for method in (simulator_blocks.run, simulator_blocks._NUMBA_RUN):
-        monkeypatch.setattr(kernel.BlockManager, "run", method)
+        monkeypatch.setattr(simulator_kernel.BlockManager, "run", method)
         with pytest.raises(IndexError) as caught:
-            failing_kernel[1, N](np.zeros(N, dtype=np.float32))
+            launch[blocks, N](np.zeros(N, dtype=np.float32))
         errors.append(str(caught.value))
     ours, numbas = errors
     assert "tid=[5, 0, 0]" in ours and "ctaid=[0, 0, 0]" in ours
@@ -187,21 +194,6 @@ def test_a_device_function_redefined_with_a_barrier_is_seen_at_the_next_launch()
         g["_double"] = original
     barrier_in_a_device_function_kernel[1, N](x, out)   # meets its barrier: all threads live
     np.testing.assert_array_equal(out, x)
-
-
-def test_in_turn_a_threads_exception_names_the_thread_as_numbas_manager_does(monkeypatch):
-    from numba.cuda.simulator import kernel
-
-    assert not simulator_blocks.needs_threads(failing_in_turn_kernel)
-    errors = []
-    for method in (simulator_blocks.run, simulator_blocks._NUMBA_RUN):
-        monkeypatch.setattr(kernel.BlockManager, "run", method)
-        with pytest.raises(IndexError) as caught:
-            failing_in_turn_kernel[2, N](np.zeros(N, dtype=np.float32))
-        errors.append(str(caught.value))
-    ours, numbas = errors
-    assert "tid=[5, 0, 0]" in ours and "ctaid=[0, 0, 0]" in ours
-    assert ours == numbas
 
 
 def test_a_barrier_reached_in_turn_is_an_error_not_a_hang(monkeypatch):
