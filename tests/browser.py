@@ -307,10 +307,13 @@ def chart_state(chart) -> dict:
         " y: Array.from(t.y || [])}))})")
 
 
-def wait_for_change(chart, before: dict, timeout_s: float = 180.0, until=None) -> dict:
+def wait_for_change(chart, before: dict, timeout_s: float = 180.0, until=None,
+                    cell=None) -> dict:
     """Poll the chart until its data or title differs from ``before`` (and ``until(state)``
     holds, when given: an explorer that draws as points arrive changes its chart more than
-    once); return the new state."""
+    once); return the new state. If it does not within ``timeout_s``, the error quotes the
+    end of what ``cell`` (the chart's notebook cell, when given) shows: the explorer's status
+    says what it measured and what not."""
     deadline = time.monotonic() + timeout_s
     state = before
     while time.monotonic() < deadline:
@@ -319,4 +322,11 @@ def wait_for_change(chart, before: dict, timeout_s: float = 180.0, until=None) -
             if state != before and (until is None or until(state)):
                 return state
         chart.page.wait_for_timeout(500)
-    raise AssertionError(f"chart did not change within {timeout_s:.0f} s: {state.get('title')!r}")
+    shown = ""
+    if cell is not None:
+        try:
+            shown = "; the cell shows: " + cell.inner_text(timeout=10_000)[-2_000:]
+        except Exception as exc:  # noqa: BLE001 - the message must not hide the timeout
+            shown = f"; the cell could not be read ({type(exc).__name__})"
+    raise AssertionError(f"chart did not change within {timeout_s:.0f} s: "
+                         f"{state.get('title')!r}{shown}")

@@ -122,7 +122,7 @@ def explorer_runtime_chart(page, lab, notebook: str, selector: str, text: str):
     # of 30 s (it took longer once, with the other test workers busy)
     runtime.wait_for(state="attached", timeout=180_000)
     runtime.scroll_into_view_if_needed()
-    before = wait_for_change(runtime, {"title": "", "traces": []}, until=has_times)
+    before = wait_for_change(runtime, {"title": "", "traces": []}, until=has_times, cell=cell)
     check_times(before)
     return errors, cell, runtime, before
 
@@ -445,10 +445,10 @@ def test_throughput_explorer_operation_redraws_runtime_chart(page, lab):
         text = cell.inner_text()
         return "points measured in" in text and "measuring..." not in text
 
-    before = wait_for_change(runtime, {}, until=finished)
+    before = wait_for_change(runtime, {}, until=finished, cell=cell)
     cell.locator(".widget-dropdown", has_text="operation").locator("select").select_option(
         label="GEMM (n x n)")
-    after = wait_for_change(runtime, before,
+    after = wait_for_change(runtime, before, cell=cell,
                             until=lambda s: s["title"].startswith("gemm") and finished(s))
     assert after["title"].startswith("gemm: median time per call")
     check_times(after)
