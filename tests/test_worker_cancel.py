@@ -17,6 +17,7 @@ import pytest
 import worker_calls
 
 from helpers.device import cancel
+from helpers.device import worker as worker_mod
 from helpers.device.worker import Worker
 
 TESTS = str(pathlib.Path(__file__).resolve().parent)
@@ -153,5 +154,38 @@ def test_the_spare_waits_until_no_call_runs(tests_importable):
         while worker._spare is None and time.monotonic() < end:
             time.sleep(0.02)
         assert worker.starts == 2 and worker._spare is not None
+    finally:
+        worker.close()
+
+
+@pytest.mark.slow
+def test_a_call_is_timed_from_its_beginning_not_from_the_warm_up_step_it_waited_for(
+        tests_importable):
+    """A call that arrives while the child takes a warm-up step begins once the step ends;
+    its ``timeout_s`` (here a third of the step) counts from then."""
+    worker = Worker(warm_up=("worker_calls", "stepped_warm_up"), grace_s=60.0)
+    try:
+        assert worker.wait_ready()   # the first step begins now
+        out = worker.run("worker_calls", "steps_taken", timeout_s=worker_calls.STEP_S / 3)
+        assert out.status == "ok" and out.value >= 1 and not out.killed
+        assert out.seconds < worker_calls.STEP_S / 3
+        assert worker.kills == 0
+    finally:
+        worker.close()
+
+
+@pytest.mark.slow
+def test_calls_that_follow_each_other_take_no_warm_up_step_between_them(tests_importable):
+    """The points of an update come one after the other: the child takes no step between them
+    (one is allowed, should this machine hold the parent back past the pause), and warms up
+    again once no call has come for WARM_UP_PAUSE_S."""
+    worker = Worker(warm_up=("worker_calls", "stepped_warm_up"))
+    try:
+        assert worker.wait_ready()
+        taken = [worker.run("worker_calls", "steps_taken", timeout_s=120).value
+                 for _ in range(4)]
+        assert taken[-1] - taken[0] <= 1, taken   # one step each between them, without it
+        time.sleep(worker_mod.WARM_UP_PAUSE_S + 1.5)
+        assert worker.run("worker_calls", "steps_taken", timeout_s=120).value > taken[-1]
     finally:
         worker.close()

@@ -49,3 +49,26 @@ def sleepy_warm_up() -> None:
     """A warm-up of :data:`SLEEPY_S` seconds that imports nothing (for calls of the standard
     library only)."""
     time.sleep(SLEEPY_S)
+
+
+#: Seconds each step of :func:`stepped_warm_up` sleeps (no request to stop ends a step).
+STEP_S = 3.0
+
+#: Steps of :func:`stepped_warm_up` taken so far in this process.
+steps = 0
+
+
+def stepped_warm_up():
+    """A warm-up generator: ready at once, then ten steps of :data:`STEP_S` seconds, counted in
+    :data:`steps`."""
+    global steps
+    yield
+    for _ in range(10):
+        time.sleep(STEP_S)
+        steps += 1
+        yield
+
+
+def steps_taken() -> int:
+    """How many steps of :func:`stepped_warm_up` this process has taken."""
+    return steps

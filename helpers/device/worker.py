@@ -42,7 +42,8 @@ class Outcome:
             stopped, or killed after the grace); ``"failed"`` (it raised, or the process died:
             ``error`` says how).
         value: the function's return value (``"ok"`` only; it must pickle).
-        seconds: wall-clock seconds from sending the call to its end or its stop.
+        seconds: wall-clock seconds from the call's beginning in the child (or its sending,
+            if it never began) to its end or its stop.
         error: ``"TypeName: message"`` for ``"failed"``, else "".
     """
 
@@ -72,10 +73,15 @@ def _receive(stream):
     return pickle.loads(data)
 
 
+#: Seconds a warming child waits after a call before its next warm-up step.
+WARM_UP_PAUSE_S = 0.5
+
+
 def _serve(warm_up: tuple[str, str] | None) -> None:
     """The child's loop (after ``warm_up``: a function, or a generator function run to its
     first ``yield`` before the child reports ready and then one step at a time while no call
-    waits): ``(module, name, args, kwargs)`` in, ``(status, value)`` out, where
+    waits, never in the :data:`WARM_UP_PAUSE_S` after a call): ``(module, name, args,
+    kwargs)`` in; out, ``("began", None)`` when the call begins, then ``(status, value)``, where
     status is ``"ok"``, ``"failed"`` or ``"stopped"`` (the call raised
     :class:`helpers.device.cancel.Cancelled`). A control thread reads the standard input, so
     that ``"cancel"`` reaches the call in progress (:func:`helpers.device.cancel.request`).
@@ -113,26 +119,38 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
         except Exception:  # noqa: BLE001  (each call reports its own errors)
             warming = None
     _send(replies, ("ready", None))
+    ended = -math.inf   # when the last call ended
     while True:
-        if warming is not None and jobs.empty():
+        if warming is not None:
+            # a step waits while a call is queued, and for a moment after a call (the next
+            # point of an update follows at once: it must not wait for a step to end)
+            pause = ended + WARM_UP_PAUSE_S - time.monotonic()
             try:
-                next(warming)
-            except Exception:  # noqa: BLE001  (StopIteration: warm; else each call reports)
-                warming = None
-            continue
-        job = jobs.get()
+                job = jobs.get(timeout=pause) if pause > 0 else jobs.get_nowait()
+            except queue.Empty:
+                try:
+                    next(warming)
+                except Exception:  # noqa: BLE001  (StopIteration: warm; else each call reports)
+                    warming = None
+                continue
+        else:
+            job = jobs.get()
         if job is None:
             return
-        module, name, args, kwargs = job
-        try:
-            value = getattr(importlib.import_module(module), name)(*args, **kwargs)
-        except cancel.Cancelled:
-            _send(replies, ("stopped", None))
-            continue
-        except BaseException as exc:  # noqa: BLE001  (sent back as the call's failure)
-            _send(replies, ("failed", f"{type(exc).__name__}: {exc}"))
-            continue
-        _send(replies, ("ok", value))
+        _send(replies, ("began", None))   # the call's time starts now, not when it was sent
+        _send(replies, _answer(*job))
+        ended = time.monotonic()
+
+
+def _answer(module: str, name: str, args: tuple, kwargs: dict) -> tuple[str, Any]:
+    """One call's reply: ``(status, value)``."""
+    try:
+        value = getattr(importlib.import_module(module), name)(*args, **kwargs)
+    except cancel.Cancelled:
+        return ("stopped", None)
+    except BaseException as exc:  # noqa: BLE001  (sent back as the call's failure)
+        return ("failed", f"{type(exc).__name__}: {exc}")
+    return ("ok", value)
 
 
 class _Child:
@@ -287,7 +305,8 @@ class Worker:
 
         Args:
             module, name: the function, importable in a fresh interpreter.
-            timeout_s: seconds the call may run (the child's start is not counted, up to
+            timeout_s: seconds the call may run once it begins (the child's start, and the
+                end of a warm-up step it is taking, are not counted, up to
                 ``start_timeout_s``); then it is asked to stop, and killed if it has not
                 within ``grace_s``: the outcome is ``"did not finish"``.
             cancelled: asked every ``poll_s`` seconds; once it returns True the call is asked
@@ -338,17 +357,20 @@ class Worker:
     def _call(self, module, name, args, kwargs, timeout_s, cancelled, poll_s) -> Outcome:
         """The body of :meth:`run`, with the lock held and a ready child."""
         child = self._child
-        start = time.monotonic()
+        sent = time.monotonic()
         try:
             _send(child.process.stdin, (module, name, args, kwargs))
         except (OSError, ValueError, pickle.PicklingError) as exc:
             self._kill()
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        # Until the child says the call began, it is finishing a warm-up step: that time is
+        # the child's start (up to start_timeout_s), not the call's.
+        start, limit = sent, self.start_timeout_s
         why, kill_at = "", None
         while True:
             now = time.monotonic()
             if not why:
-                why = ("did not finish" if now - start >= timeout_s
+                why = ("did not finish" if now - start >= limit
                        else "stopped" if cancelled() else "")
                 if why:
                     kill_at = now + self.grace_s
@@ -360,11 +382,14 @@ class Worker:
                 self.kills += 1
                 self._replace()
                 return Outcome(why, seconds=now - start, killed=True)
-            wait = (kill_at if kill_at is not None else start + timeout_s) - now
+            wait = (kill_at if kill_at is not None else start + limit) - now
             reply = child.reply(min(poll_s, max(wait, 0.0)))
             if reply is None:
                 continue
             status, value = reply
+            if status == "began":
+                start, limit = time.monotonic(), timeout_s
+                continue
             seconds = time.monotonic() - start
             if status == "gone":
                 code = child.process.wait(timeout=5)
