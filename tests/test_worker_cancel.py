@@ -160,12 +160,18 @@ def test_the_spare_waits_until_no_call_runs(tests_importable):
 
 @pytest.mark.slow
 def test_a_call_is_timed_from_its_beginning_not_from_the_warm_up_step_it_waited_for(
-        tests_importable):
+        tests_importable, tmp_path, monkeypatch):
     """A call that arrives while the child takes a warm-up step begins once the step ends;
     its ``timeout_s`` (here a third of the step) counts from then."""
+    step = tmp_path / "step"
+    monkeypatch.setenv(worker_calls.STEP_FILE, str(step))
     worker = Worker(warm_up=("worker_calls", "stepped_warm_up"), grace_s=60.0)
     try:
-        assert worker.wait_ready()   # the first step begins now
+        assert worker.wait_ready()
+        end = time.monotonic() + 120
+        while not step.exists() and time.monotonic() < end:   # the first step has begun
+            time.sleep(0.02)
+        assert step.exists()
         out = worker.run("worker_calls", "steps_taken", timeout_s=worker_calls.STEP_S / 3)
         assert out.status == "ok" and out.value >= 1 and not out.killed
         assert out.seconds < worker_calls.STEP_S / 3

@@ -3,6 +3,8 @@ its PYTHONPATH): one that stops when asked, one that ignores the request, a slow
 
 from __future__ import annotations
 
+import os
+import pathlib
 import time
 
 from helpers.device import cancel
@@ -58,12 +60,20 @@ STEP_S = 3.0
 steps = 0
 
 
+#: The environment variable naming a file each step of :func:`stepped_warm_up` writes as it
+#: begins (the number of steps taken before it), so that a test can send a call during a step.
+STEP_FILE = "WORKER_CALLS_STEP_FILE"
+
+
 def stepped_warm_up():
     """A warm-up generator: ready at once, then ten steps of :data:`STEP_S` seconds, counted in
-    :data:`steps`."""
+    :data:`steps`; each step begins by writing the file named in ``$WORKER_CALLS_STEP_FILE``
+    (when set)."""
     global steps
     yield
     for _ in range(10):
+        if os.environ.get(STEP_FILE):
+            pathlib.Path(os.environ[STEP_FILE]).write_text(str(steps))
         time.sleep(STEP_S)
         steps += 1
         yield
