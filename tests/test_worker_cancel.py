@@ -1,6 +1,7 @@
 """helpers.device.worker: a call no longer wanted is asked to stop and stops at its next timed
 block, in the same process; one that ignores the request is killed after the grace, and a warm
-spare takes its place at once.
+spare takes its place at once. A call's time counts from when it begins, not from the warm-up
+step it waited for, and the calls of an update get no warm-up step between them.
 
 What is checked is the outcome and the process's life (starts, kills), with bounds far from
 this machine's speed: a call that should stop cooperatively would otherwise run ten minutes.

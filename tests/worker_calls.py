@@ -1,5 +1,6 @@
 """Calls for a measuring process in the tests (imported by name in the child, with ``tests/`` on
-its PYTHONPATH): one that stops when asked, one that ignores the request, a slow warm-up."""
+its PYTHONPATH): one that stops when asked, one that ignores the request, a slow warm-up, and a
+warm-up in steps that counts them."""
 
 from __future__ import annotations
 
