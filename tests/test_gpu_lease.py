@@ -40,16 +40,24 @@ def _part(name: str, tier: int) -> ref.Part:
 CATALOGUE = (_part("first", 1), _part("second", 2))
 
 
-@pytest.fixture
-def worker(tmp_path, monkeypatch):
-    """A measuring process that finds the planted parts' module; each part gets 5 s."""
-    (tmp_path / "planted").mkdir()
-    (tmp_path / "planted" / "planted_lease_part.py").write_text(_PLANTED)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "planted"), str(ROOT)]))
-    monkeypatch.setattr(ref, "_DRY_BUDGET_S", 5.0)
-    w = ref.new_worker()
-    yield w
+@pytest.fixture(scope="module")
+def _planted_worker(tmp_path_factory):
+    """The folder of the planted parts' module, and one measuring process for this file's
+    leases (each process loads torch and Numba: seconds of CPU)."""
+    folder = tmp_path_factory.mktemp("planted")
+    (folder / "planted_lease_part.py").write_text(_PLANTED)
+    w = ref.new_worker()   # its process starts on first use, from a test (worker)
+    yield folder, w
     w.close()
+
+
+@pytest.fixture
+def worker(_planted_worker, monkeypatch):
+    """A measuring process that finds the planted parts' module; each part gets 5 s."""
+    folder, w = _planted_worker
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), str(ROOT)]))
+    monkeypatch.setattr(ref, "_DRY_BUDGET_S", 5.0)
+    return w
 
 
 def _files(out) -> list[str]:

@@ -199,18 +199,27 @@ def _planted(name, kind, **kw) -> ref.Part:
     return ref.Part(name, f"a planted {kind} part", "planted_part", args, args, 1.0, 1, **kw)
 
 
+@pytest.fixture(scope="module")
+def _planted_worker(tmp_path_factory):
+    """The folder of the planted parts' module, and one measuring process for every test that
+    plants parts: each process loads torch and Numba (seconds of CPU), and a test that kills
+    one has it replaced, as a run would."""
+    folder = tmp_path_factory.mktemp("planted")
+    (folder / "planted_part.py").write_text(_PLANTED)
+    worker = ref.new_worker()   # its process starts on first use, from a test (planted)
+    yield folder, worker
+    worker.close()
+
+
 @pytest.fixture
-def planted(tmp_path, monkeypatch):
+def planted(_planted_worker, monkeypatch):
     """Planted parts (tests' module planted_part on the measuring process's path), each given
     2 s in a dry run and killed 1 s after that; and the worker they run in."""
-    (tmp_path / "planted").mkdir()
-    (tmp_path / "planted" / "planted_part.py").write_text(_PLANTED)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "planted"))
+    folder, worker = _planted_worker
+    monkeypatch.setenv("PYTHONPATH", str(folder))   # for a process started during this test
     monkeypatch.setattr(ref, "_DRY_BUDGET_S", 2.0)
     monkeypatch.setattr(ref, "_GRACE_S", 1.0)
-    worker = ref.new_worker()
-    yield worker
-    worker.close()
+    return worker
 
 
 @pytest.mark.slow
