@@ -32,7 +32,7 @@ WARM_CU12 = {**COLAB, "numba": "0.62.1", "numba-cuda": "0.30.4", "cuda-bindings"
              "nvidia-nvjitlink-cu12": "12.9.86", "nvidia-cuda-cuobjdump": "13.0.85",
              "nvidia-cuda-nvdisasm": "13.0.85", "ipywidgets": "8.1.8", "plotly": "6.5.0",
              "anywidget": "0.9.21", "py-cpuinfo": "9.0.0", "nvidia-ml-py": "13.580.82",
-             "gpu-cnn-workbook": "0.1.0"}
+             "greenlet": "3.5.6", "gpu-cnn-workbook": "0.1.0"}
 
 
 def plan(driver, installed, platform="linux"):
@@ -88,7 +88,8 @@ def test_exact_commands_for_a_fresh_runtime_with_a_cuda_12_4_driver():
     assert commands == [
         [PY, "-m", "pip", "install", "-q", "numba>=0.61", "numba-cuda[cu12]>=0.30",
          "nvidia-cuda-cuobjdump>=13", "nvidia-cuda-nvdisasm>=13", "ipywidgets>=8.1",
-         "plotly>=6.0", "anywidget>=0.9", "py-cpuinfo>=9.0", "nvidia-ml-py>=12"],
+         "plotly>=6.0", "anywidget>=0.9", "py-cpuinfo>=9.0", "nvidia-ml-py>=12",
+         "greenlet>=3.0"],
         [PY, "-m", "pip", "install", "-q", "--no-deps", "-e", DIR],
     ]
     assert "GPU driver for CUDA 12.4" in summary and "cu12: the driver's CUDA line" in summary

@@ -1,7 +1,7 @@
-"""helpers.device.simulator_blocks: the simulator's block manager, which lets the block's threads
-run while it waits, keeps Numba's semantics: a barrier holds every live thread until all have
-reached it, threads that ended do not hold it up, and a thread's exception is raised, naming the
-thread, with the others aborted."""
+"""helpers.device.simulator_blocks: the simulator's block manager, which runs a block's threads
+in turn, as greenlets meeting at barriers, or as Python threads, keeps Numba's semantics: a
+barrier holds every live thread until all have reached it, threads that ended do not hold it up,
+and a thread's exception is raised, naming the thread, with the others stopped."""
 
 from __future__ import annotations
 
@@ -224,3 +224,72 @@ def _barrier_through_the_proxy(out):
 def test_the_decision_reads_no_attribute_of_a_global_it_does_not_know():
     assert not simulator_blocks.needs_threads(_through_the_proxy)
     assert simulator_blocks.needs_threads(_barrier_through_the_proxy)   # by the name it uses
+
+
+# ------------------------------------------- kernels whose threads meet only at barriers
+
+
+@cuda.jit
+def count_kernel(x, out):
+    """A barrier that counts across the block: its threads get a Python thread each."""
+    out[cuda.threadIdx.x] = cuda.syncthreads_count(x[cuda.threadIdx.x] > 0)
+
+
+_THREADS_SEEN: list = []
+
+
+@cuda.jit(device=True)
+def _note_thread(v):
+    import threading
+
+    _THREADS_SEEN.append(threading.get_ident())
+    return v
+
+
+@cuda.jit
+def reverse_kernel(x, out):
+    """Writes its value to a shared tile and, after a barrier, reads the mirror thread's."""
+    tile = cuda.shared.array(N, float32)
+    t = cuda.threadIdx.x
+    tile[t] = x[t]
+    cuda.syncthreads()
+    out[t] = _note_thread(tile[N - 1 - t])
+
+
+def test_what_decides_greenlets_in_one_thread():
+    for kernel in (rotate_kernel, early_exit_kernel, failing_kernel, reverse_kernel,
+                   barrier_in_a_device_function_kernel, _make_closure_kernel(_meet)):
+        assert simulator_blocks.barriers_only(kernel), kernel
+    assert simulator_blocks.needs_threads(count_kernel)
+    assert not simulator_blocks.barriers_only(count_kernel)       # a count: threads
+    assert not simulator_blocks.barriers_only(identity_kernel)    # no barrier: in turn
+
+
+@pytest.mark.parametrize("with_greenlets", [True, False])
+def test_a_barrier_kernel_gives_the_same_results_as_greenlets_or_as_threads(monkeypatch,
+                                                                            with_greenlets):
+    """As greenlets a block runs in one Python thread; without greenlet (a machine that lacks
+    it) in a thread per CUDA thread; the results are the same."""
+    if with_greenlets and simulator_blocks.greenlet is None:
+        pytest.skip("greenlet is not installed")
+    if not with_greenlets:
+        monkeypatch.setattr(simulator_blocks, "greenlet", None)
+    x = np.arange(N, dtype=np.float32)
+    _THREADS_SEEN.clear()
+    out = np.full(N, np.nan, dtype=np.float32)
+    reverse_kernel[1, N](x, out)
+    np.testing.assert_array_equal(out, x[::-1])
+    assert len(set(_THREADS_SEEN)) == (1 if with_greenlets else N)
+    out = np.full(N, np.nan, dtype=np.float32)
+    rotate_kernel[1, N](x, out, 5)
+    np.testing.assert_array_equal(out, np.roll(x, -5))
+    out = np.full(N, np.nan, dtype=np.float32)
+    early_exit_kernel[2, N](x, out)
+    np.testing.assert_array_equal(out[:N // 2], 2 * x[:N // 2][::-1])
+
+
+def test_a_counting_barrier_still_runs_a_thread_per_cuda_thread():
+    x = np.where(np.arange(N) % 3 == 0, 1.0, -1.0).astype(np.float32)
+    out = np.zeros(N, dtype=np.int64)
+    count_kernel[1, N](x, out)
+    assert (out == (np.arange(N) % 3 == 0).sum()).all()
