@@ -288,7 +288,7 @@ def test_a_barrier_kernel_gives_the_same_results_as_greenlets_or_as_threads(monk
     np.testing.assert_array_equal(out[:N // 2], 2 * x[:N // 2][::-1])
 
 
-def test_a_counting_barrier_still_runs_a_thread_per_cuda_thread():
+def test_a_counting_barrier_counts_every_thread_of_the_block():
     x = np.where(np.arange(N) % 3 == 0, 1.0, -1.0).astype(np.float32)
     out = np.zeros(N, dtype=np.int64)
     count_kernel[1, N](x, out)
