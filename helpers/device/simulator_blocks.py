@@ -204,18 +204,13 @@ def _thread_types(block_thread: type) -> tuple[type, type, type]:
         def run(self):
             import numpy as np
 
-            dim3 = type(self.threadIdx)
-            x, y, _ = self._manager._block_dim
             with np.errstate(divide="raise") if self.debug else _nothing():
                 for point in self._points:
-                    self.threadIdx = dim3(*point)
-                    self.thread_id = point[0] + x * (point[1] + y * point[2])
+                    _become(self, point)
                     try:
                         self._kernel()
                     except Exception as e:  # noqa: BLE001 - kept and raised as Numba's
-                        where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
-                        self.exception = (type(e)(f"{where}: {e}" if str(e) else where),
-                                          sys.exc_info()[2])
+                        _keep(self, e)
                         return
 
         def syncthreads(self):
@@ -236,9 +231,6 @@ def _thread_types(block_thread: type) -> tuple[type, type, type]:
         def run(self):
             import numpy as np
 
-            dim3 = type(self.threadIdx)
-            x, y, _ = self._manager._block_dim
-
             def body():   # a greenlet has its own context, so NumPy's error state too
                 with np.errstate(divide="raise") if self.debug else _nothing():
                     self._kernel()
@@ -248,14 +240,11 @@ def _thread_types(block_thread: type) -> tuple[type, type, type]:
             while live:
                 waiting = []
                 for point, thread in live:
-                    self.threadIdx = dim3(*point)
-                    self.thread_id = point[0] + x * (point[1] + y * point[2])
+                    _become(self, point)
                     try:
                         thread.switch()
                     except Exception as e:  # noqa: BLE001 - kept and raised as Numba's
-                        where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
-                        self.exception = (type(e)(f"{where}: {e}" if str(e) else where),
-                                          sys.exc_info()[2])
+                        _keep(self, e)
                         for _, other in live:   # end the others where they wait
                             if other and not other.dead:
                                 other.throw(greenlet.GreenletExit)
@@ -270,6 +259,21 @@ def _thread_types(block_thread: type) -> tuple[type, type, type]:
             self._scheduler.switch()
 
     return Cooperating, InTurn, Greenlets
+
+
+def _become(thread, point: tuple[int, int, int]) -> None:
+    """Make the one Python ``thread`` running a block's CUDA threads CUDA thread ``point``:
+    what the in-kernel ``cuda`` module reads (``threadIdx``, the thread's id, its lane)."""
+    x, y, _ = thread._manager._block_dim
+    thread.threadIdx = type(thread.threadIdx)(*point)
+    thread.thread_id = point[0] + x * (point[1] + y * point[2])
+
+
+def _keep(thread, e: Exception) -> None:
+    """Keep the exception CUDA thread ``thread.threadIdx`` raised as Numba's ``BlockThread``
+    does: its message led by the thread and block, for :func:`run` to raise."""
+    where = f"tid={list(thread.threadIdx)} ctaid={list(thread.blockIdx)}"
+    thread.exception = (type(e)(f"{where}: {e}" if str(e) else where), sys.exc_info()[2])
 
 
 class _nothing:
