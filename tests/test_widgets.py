@@ -7,8 +7,10 @@ fraction of a second. A widget must never raise: bad input shows a message inste
 from __future__ import annotations
 
 import json
+import types
 
 import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 from planted import PlantedWorker
 
@@ -16,6 +18,7 @@ from helpers.device import backend
 from helpers import results
 from helpers.experiments.throughput import sweeps as tp
 from helpers import widgets
+from helpers.widgets import live
 
 # point_budget_s: wide enough that a loaded machine never stops one of these real points (what
 # depends on time is tested with a planted worker: tests/planted.py)
@@ -99,10 +102,37 @@ def test_live_chart_starts_empty(use_fw):
     assert len(_shown_figure(chart).data) == 1
 
 
+def test_live_chart_in_a_kernel_fills_its_output_with_the_figure(rng, monkeypatch):
+    """In a kernel the Output path formats the figure itself, and shows nothing else: IPython's
+    display formatter would call the figure's ``_ipython_display_`` (the chart in the running
+    cell, the Output left empty), and the figure's ``_repr_mimebundle_`` shows plotly's
+    set-up script in the running cell at every redraw."""
+    import IPython.display
+    from IPython.core.formatters import DisplayFormatter
+
+    shown = []
+    monkeypatch.setattr(live, "get_ipython",
+                        lambda: types.SimpleNamespace(display_formatter=DisplayFormatter()))
+    monkeypatch.setattr(go.Figure, "_ipython_display_", lambda fig: shown.append(fig))
+    monkeypatch.setattr(IPython.display, "display_html", lambda *a, **_: shown.append(a))
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype+notebook_connected")
+    chart = widgets.LiveChart()
+    assert chart.use_figurewidget is False            # the default, in every front end
+    new = _line(rng, "second")
+    for _ in range(2):
+        chart.update(new)
+    (output,) = chart.widget.outputs
+    drawn = output["data"]["application/vnd.plotly.v1+json"]
+    assert [t["name"] for t in drawn["data"]] == ["second"]
+    assert list(drawn["data"][0]["y"]) == list(new.data[0].y)
+    assert "text/html" in output["data"]              # the notebook_connected renderer's part
+    assert shown == []                                # nothing shown outside the Output
+
+
 def test_figurewidget_not_used_in_vscode(monkeypatch):
     monkeypatch.setenv("VSCODE_PID", "1234")
     assert widgets.figurewidget_supported() is False
-    assert widgets.LiveChart().use_figurewidget is False
+    assert widgets.LiveChart(use_figurewidget=True).use_figurewidget is False
 
 
 # ------------------------------------------------------------------------------- explorer

@@ -84,7 +84,8 @@ class ConvExplorer(_Explorer):
         budget_s: seconds one strategy may be measured before it is stopped (0 < s <= 600).
         update_budget_s: seconds of measuring one update may take in all (0 < s <= 3600).
         measure_memory: also measure each strategy's peak memory.
-        use_figurewidget: True, False, or None to decide from the front end.
+        use_figurewidget: True for plotly's ``FigureWidget`` where it renders; False or None
+            (the default) for an ``Output`` widget (:class:`~helpers.widgets.live.LiveChart`).
         measure: measure once now, and wait for it (False: empty charts until the controls
             change).
         background: measure in a thread, so that a control's callback returns at once; None

@@ -16,6 +16,7 @@ import uuid
 
 import ipywidgets as W
 import plotly.graph_objects as go
+import plotly.io as pio
 from IPython import get_ipython
 from IPython.display import clear_output, display
 
@@ -42,12 +43,36 @@ def figurewidget_supported() -> bool:
     return True
 
 
+def figure_bundle(figure: go.Figure) -> dict:
+    """``figure`` as the mime bundle of plotly's default renderers (``pio.renderers.default``,
+    e.g. the plotly mime type and HTML), for an ``Output`` widget's outputs.
+
+    Built from each renderer's ``to_mimebundle``: IPython's display formatter would call the
+    figure's ``_ipython_display_``, which shows it in the running cell and returns nothing,
+    and the figure's ``_repr_mimebundle_`` shows the renderers' set-up script again each call.
+    """
+    spec = figure.to_dict()
+    data: dict = {}
+    for name in (pio.renderers.default or "").split("+"):
+        to_bundle = getattr(pio.renderers[name], "to_mimebundle", None) if (
+            name in pio.renderers) else None
+        if to_bundle is not None:
+            data.update(to_bundle(spec))
+    if not data:   # no renderer that makes a bundle: the mime type JupyterLab draws
+        data[PLOTLY_MIME] = json.loads(pio.to_json(figure))
+    data["text/plain"] = f"<plotly figure: {figure.layout.title.text or 'untitled'}>"
+    return data
+
+
 class LiveChart:
     """A chart that can be redrawn in place.
 
-    Uses a plotly ``FigureWidget`` where it renders (JupyterLab, Notebook 7); elsewhere it
-    re-renders a static figure into an ``Output`` widget (``clear_output(wait=True)``), which
-    also works in Colab.
+    By default it re-renders the whole figure into an ``Output`` widget, drawn by the front
+    end's own plotly renderer (JupyterLab, Notebook 7, VS Code, Colab).
+    ``use_figurewidget=True`` asks for a plotly ``FigureWidget`` where one renders
+    (:func:`figurewidget_supported`): it edits the chart in place, but each one sends plotly's
+    5 MB of code to the page, and its front end drops every later edit if that code took
+    over 2 s to load (anywidget's limit), so on a busy machine it can stay as first drawn.
 
     Attributes:
         widget: the ipywidgets object to place in a layout.
@@ -55,8 +80,7 @@ class LiveChart:
     """
 
     def __init__(self, figure: go.Figure | None = None, use_figurewidget: bool | None = None):
-        self.use_figurewidget = (figurewidget_supported() if use_figurewidget is None
-                                 else use_figurewidget)
+        self.use_figurewidget = bool(use_figurewidget) and figurewidget_supported()
         figure = figure or go.Figure()
         if self.use_figurewidget:
             self._fw = go.FigureWidget(figure)
@@ -89,9 +113,8 @@ class LiveChart:
         # measuring thread); ``with out: display(...)`` only captures on the kernel's own.
         shell = get_ipython()
         if shell is not None and hasattr(shell, "display_formatter"):
-            data, metadata = shell.display_formatter.format(self._figure)
-            self._out.outputs = ({"output_type": "display_data", "data": data,
-                                  "metadata": metadata},)
+            self._out.outputs = ({"output_type": "display_data",
+                                  "data": figure_bundle(self._figure), "metadata": {}},)
             return
         with self._out:
             clear_output(wait=True)

@@ -39,7 +39,8 @@ class OccupancyExplorer(_Explorer):
         gpu: a name of :data:`helpers.occupancy.GPU_ARCH` (or this GPU's compute capability).
         threads_per_block, regs_per_thread, smem_per_block: integers within :data:`RANGES`.
         vary: ``"registers"`` or ``"threads"``, the chart's x axis.
-        use_figurewidget: True, False, or None to decide from the front end.
+        use_figurewidget: True for plotly's ``FigureWidget`` where it renders; False or None
+            (the default) for an ``Output`` widget (:class:`~helpers.widgets.live.LiveChart`).
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or out of range (the message

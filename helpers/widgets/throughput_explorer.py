@@ -58,7 +58,8 @@ class ThroughputExplorer(_Explorer):
         point_budget_s: seconds one point may be measured before it is stopped (0 < s <= 600).
         min_run_time: seconds of timed calls per point (0 < s <= 10).
         update_budget_s: seconds of measuring one update may take in all (0 < s <= 3600).
-        use_figurewidget: True, False, or None to decide from the front end.
+        use_figurewidget: True for plotly's ``FigureWidget`` where it renders; False or None
+            (the default) for an ``Output`` widget (:class:`~helpers.widgets.live.LiveChart`).
         reference_prefix: file-name prefix of the recorded GPU runs in ``results/``.
         measure: measure once now, and wait for it (False: empty charts until the controls
             change).
