@@ -244,6 +244,26 @@ class PageErrors:
 
 # ----------------------------------------------------------------------------- JupyterLab
 
+#: An init script for a page: plotly's FigureWidget code (sent to the page by anywidget, one
+#: copy per chart) finishes loading only 8 s after it arrives, as on a busy machine. anywidget
+#: gives a widget's code 2 s; after that its front end drops every message to the widget, so
+#: a FigureWidget chart stays as first drawn. The explorers' charts must not depend on it.
+SLOW_PLOTLY_WIDGET = """
+(() => {
+  const Blob0 = window.Blob;
+  function SlowBlob(parts, options) {
+    if (options && options.type === "text/javascript" && parts && parts.length === 1
+        && typeof parts[0] === "string" && parts[0].includes("_py2js_addTraces")) {
+      parts = ["await new Promise(r => setTimeout(r, 8000));\\n" + parts[0]];
+    }
+    return new Blob0(parts, options);
+  }
+  SlowBlob.prototype = Blob0.prototype;
+  window.Blob = SlowBlob;
+})();
+"""
+
+
 #: Error outputs as JupyterLab renders them: a traceback is shown as stderr, so this finds
 #: tracebacks and anything else written to stderr (warnings), in cells and in Output widgets.
 ERROR_OUTPUTS = (".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "

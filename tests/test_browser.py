@@ -28,8 +28,9 @@ import pytest
 
 from helpers.conv import STRATEGIES, config_for
 
-from browser import (ROOT, SCREENSHOTS, LabServer, PageErrors, cell_with, chart_state,
-                     chromium, error_outputs, require_browser, run_all_cells, wait_for_change)
+from browser import (ROOT, SCREENSHOTS, SLOW_PLOTLY_WIDGET, LabServer, PageErrors, cell_with,
+                     chart_state, chromium, error_outputs, require_browser, run_all_cells,
+                     wait_for_change)
 
 pytestmark = pytest.mark.browser
 
@@ -81,6 +82,7 @@ def lab(tmp_path):
 def page(browser, lab):
     # Tall enough that an explorer's controls and first chart fit on screen together.
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.add_init_script(SLOW_PLOTLY_WIDGET)   # the charts stay live on a busy machine
     yield page
     page.close()
 
@@ -329,7 +331,7 @@ def wait_for_status(cell, pattern: str, timeout_s: float = 300.0) -> re.Match:
     deadline = time.monotonic() + timeout_s
     text = ""
     while time.monotonic() < deadline:
-        text = cell.locator(".jp-OutputArea").inner_text()
+        text = cell.locator(".jp-Cell-outputArea").inner_text()
         found = re.search(pattern, text)
         if found:
             return found
@@ -347,7 +349,7 @@ def measuring_starts(page) -> int:
     text = ""
     while time.monotonic() < deadline:
         now = cell.locator(".jp-InputPrompt").inner_text().strip()
-        text = cell.locator(".jp-OutputArea").inner_text()
+        text = cell.locator(".jp-Cell-outputArea").inner_text()
         found = re.search(r"measuring processes started: (\d+)", text)
         if found and now not in (prompt, "[*]:"):
             return int(found.group(1))
@@ -410,7 +412,7 @@ def test_conv_explorer_slider_redraws_runtime_chart(page, lab, cpu_hogs):
     drawn = {x for t in after["traces"] for x in t["x"]}
     ticked = [n for n, st in STRATEGIES.items() if "cpu" in st.devices]  # ticked on a CPU
     layer = config_for((8, 3, 32, 32), (16, 3, 5, 5))
-    notes = cell.locator(".jp-OutputArea").inner_text()
+    notes = cell.locator(".jp-Cell-outputArea").inner_text()
     assert "reference" in drawn, (drawn, notes)
     for name in ticked:
         reason = STRATEGIES[name].supports(layer, "cpu")
