@@ -24,6 +24,8 @@ import sys
 import threading
 import time
 
+from helpers import compile_cache
+
 __all__ = ["CHILD_TIMEOUT_S", "IDLE_S", "run", "stop"]
 
 #: Seconds a batch of jobs may take before the child is stopped (plus 20 s per job).
@@ -88,7 +90,10 @@ class _Child:
 
     def ask(self, jobs: list[dict], timeout: float) -> dict:
         try:
-            self.proc.stdin.write(json.dumps({"path": sys.path, "jobs": jobs}) + "\n")
+            where = compile_cache.folder()   # where the child keeps front ends, as here
+            self.proc.stdin.write(json.dumps({"path": sys.path,
+                                              "cache": str(where) if where else "off",
+                                              "jobs": jobs}) + "\n")
             self.proc.stdin.flush()
         except (OSError, ValueError):   # it died after the last answer
             return self._failed()

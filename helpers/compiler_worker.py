@@ -5,8 +5,9 @@ The simulator's ``numba.cuda`` has no compiler, so :mod:`helpers.compiled` runs
 ``python -m helpers.compiler_worker --serve`` with ``NUMBA_ENABLE_CUDASIM=0``, kept between
 compilations by :mod:`helpers.compiler_process`, and hands it jobs as JSON on standard input: a
 kernel by module and name (the workbook's own) or by source and the globals it uses (a notebook
-cell's or a lab's), argument types, a target. Results come back as JSON, one per job. Imports
-nothing else of the workbook but :mod:`helpers.nvvm_ir`.
+cell's or a lab's), argument types, a target. Results come back as JSON, one per job. Numba's
+front end runs once per kernel for every target and process (:mod:`helpers.compiler_front_end`);
+nothing else of the workbook is imported but :mod:`helpers.compile_cache`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import textwrap
 import types as pytypes
 
-from helpers import nvvm_ir
+from helpers import compile_cache, compiler_front_end
 
 # ----------------------------------------------------------------------- parsing the outputs
 
@@ -326,85 +327,6 @@ def _launch_bounds(ref: dict):
     return getattr(disp, "targetoptions", {}).get("launch_bounds")
 
 
-#: Numba's front end's output (an NVVM IR library) for each kernel compiled in this process,
-#: by kernel, argument types, line information and lowering class (see :func:`_front_end`),
-#: kept for the same kernel's jobs on the other targets.
-_LIBRARIES: dict[tuple, object] = {}
-
-
-def _front_end(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
-               lineinfo: bool):
-    """The kernel's NVVM IR library from Numba's front end (typing, lowering), which NVVM then
-    compiles for any target; None where this numba-cuda lacks the function its ``compile``
-    uses for that (``_compile_pyfunc_with_fixup``).
-
-    The front end costs more than each NVVM compilation after it, and a kernel is compiled for
-    two to four targets: it runs once per kernel and argument types. Its output does not
-    depend on the target, except where Numba's lowering picks instructions older GPUs lack
-    (float64 atomic add before compute capability 6.0, ``tanh.approx`` before 7.5): every
-    target here is 7.5 or newer, and the key keeps older ones apart should one be added."""
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.cuda import compiler
-
-    run = getattr(compiler, "_compile_pyfunc_with_fixup", None)
-    if run is None:
-        return None
-    whose = (key, lineinfo, cc >= (7, 5), cc >= (6, 0))
-    if whose not in _LIBRARIES:
-        with global_compiler_lock:
-            _LIBRARIES[whose], _ = run(fn, argtypes, lineinfo=lineinfo, device=False, cc=cc,
-                                       abi="numba", launch_bounds=launch_bounds)
-    return _LIBRARIES[whose]
-
-
-def _ptx_and_code(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
-                  lto: bool) -> tuple[str, bytes]:
-    """The kernel's PTX with line information (which source line each instruction comes from),
-    and what nvJitLink is given to find its resources as Numba gets them on a GPU: with
-    nvJitLink, Numba compiles kernels without line information to LTO-IR and links them with
-    link-time optimisation (``lto``), which allocates registers differently from PTX (and line
-    information can change that allocation too), else that PTX. The LTO-IR comes from the same
-    lowering with its line information taken out (:mod:`helpers.nvvm_ir`)."""
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.cuda import compiler
-
-    with_lines = _front_end(key, fn, argtypes, cc, launch_bounds, lineinfo=True)
-    if with_lines is None:  # another numba-cuda: its public compile, one front end each
-        ptx, _ = compiler.compile(fn, argtypes, cc=cc, device=False, abi="numba",
-                                  output="ptx", lineinfo=True, launch_bounds=launch_bounds)
-        if not lto:
-            return ptx, ptx.encode()
-        code, _ = compiler.compile(fn, argtypes, cc=cc, device=False, abi="numba",
-                                   output="ltoir", launch_bounds=launch_bounds)
-        return ptx, bytes(code)
-    with global_compiler_lock:
-        (ptx,) = with_lines.get_asm_strs(cc=cc)
-        if not lto:
-            return ptx, ptx.encode()
-        ltoir = _ltoir_without_lines(with_lines, cc)
-        if ltoir is None:  # another numba-cuda: the front end again, without line information
-            plain = _front_end(key, fn, argtypes, cc, launch_bounds, lineinfo=False)
-            ltoir = plain.get_ltoir(cc=cc)
-        return ptx, bytes(ltoir)
-
-
-def _ltoir_without_lines(library, cc: tuple[int, int]) -> bytes | None:
-    """The LTO-IR Numba builds on a GPU (without line information), from the library lowered
-    with it (:func:`helpers.nvvm_ir.without_debug_info`), so that a kernel's front end runs
-    once; None where this numba-cuda keeps its NVVM options or the architecture's name
-    elsewhere."""
-    from numba.cuda.cudadrv import nvrtc, nvvm
-
-    options = getattr(library, "_nvvm_options", None)
-    arch = getattr(nvrtc, "get_arch_option", None)
-    if options is None or arch is None or not hasattr(nvvm, "compile_ir"):
-        return None
-    options = dict(options, arch=arch(*cc))
-    options["gen-lto"] = None
-    return nvvm.compile_ir([nvvm_ir.without_debug_info(ir) for ir in library.llvm_strs],
-                           **options)
-
-
 def _compile_one(job: dict) -> dict:
     from numba.core import types as nbtypes
 
@@ -418,7 +340,8 @@ def _compile_one(job: dict) -> dict:
         cc = (int(arch[3:-1]), int(arch[-1]))  # "sm_90" -> (9, 0)
         lto = lto_available()
         key = json.dumps([ref, job["argtypes"]], sort_keys=True)
-        ptx, code = _ptx_and_code(key, fn, argtypes, cc, _launch_bounds(ref), lto)
+        ptx, code = compiler_front_end.ptx_and_code(key, fn, argtypes, cc,
+                                                    _launch_bounds(ref), lto)
     except Exception as exc:  # noqa: BLE001 - the compiler's verdict, reported
         text = re.sub(r" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
         filename = ref.get("filename")
@@ -462,7 +385,8 @@ def run_jobs(jobs: list[dict]) -> dict:
 def serve() -> None:
     """Answer batches of jobs until standard input closes (:mod:`helpers.compiler_process`
     keeps this process between compilations): each request a line of JSON, ``{"path": the
-    caller's sys.path, "jobs": [...]}``, each answer a line of :func:`run_jobs`'s JSON. What
+    caller's sys.path, "cache": the caller's compile cache folder or "off", "jobs": [...]}``,
+    each answer a line of :func:`run_jobs`'s JSON. What
     anything else prints, Python or the compiler's libraries, goes to standard error."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -470,7 +394,9 @@ def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         sys.path += [p for p in request.get("path", []) if p not in sys.path]
-        _LIBRARIES.clear()   # a batch's front ends serve its targets; memory stays one batch's
+        if "cache" in request:   # the caller's compile cache, for the front ends
+            os.environ[compile_cache.ENV] = request["cache"]
+        compiler_front_end.LIBRARIES.clear()   # a batch's front ends; memory stays one batch's
         answers.write(json.dumps(run_jobs(request["jobs"])) + "\n")
         answers.flush()
 

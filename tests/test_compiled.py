@@ -217,27 +217,34 @@ def test_a_float64_accumulator_is_caught_with_its_line_and_fix():
     assert any(s.startswith("add.f32") for s in ok.ptx_for_line(line))
 
 
-#: Runs the compiler worker's jobs (stdin) in this process twice: as it does, with one front-end
-#: run per kernel for all targets, then as it does with a numba-cuda that lacks the function
-#: for that: each job on its own through numba-cuda's public ``compile``.
-BOTH_PATHS = """
+#: Runs the compiler worker's jobs (stdin) in this process three times: as it does, with one
+#: front-end run per kernel for all targets (kept in the compile cache); as another process
+#: does after it, with those front ends read back from the cache (the types of the front ends
+#: it used are printed too); then as it does with a numba-cuda that lacks the function for
+#: that: each job on its own through numba-cuda's public ``compile``.
+ALL_PATHS = """
 import json, sys
-from helpers import compiler_worker
+from helpers import compiler_front_end, compiler_worker
 jobs = json.loads(sys.stdin.read())
 shared = compiler_worker.run_jobs(jobs)
-compiler_worker._front_end = lambda *args, **kwargs: None
-print(json.dumps([shared, compiler_worker.run_jobs(jobs)]))
+compiler_front_end.LIBRARIES.clear()
+kept = compiler_worker.run_jobs(jobs)
+used = sorted({type(lib).__name__ for lib in compiler_front_end.LIBRARIES.values()})
+compiler_front_end.front_end = lambda *args, **kwargs: None
+print(json.dumps([shared, kept, used, compiler_worker.run_jobs(jobs)]))
 """
 
 
 @pytest.mark.slow
-def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives():
+def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives(tmp_path):
     """The worker lowers a kernel once, with line information, for all its targets, and takes
     its PTX from that and its LTO-IR (as Numba builds kernels on a GPU, without line
-    information) from that with the line information taken out. Compiled each on its own by
-    Numba's public ``compile`` instead, every number and every PTX instruction is the same. The
-    depthwise kernel is one where a wrong reading shows: its LTO-IR built with line information
-    gets other registers on sm_75 (64 instead of 61 with numba-cuda 0.30.4)."""
+    information) from that with the line information taken out; it keeps that front end in the
+    compile cache, from where another process takes it instead of lowering the kernel again.
+    Compiled each on its own by Numba's public ``compile`` instead, every number and every PTX
+    instruction is the same, whichever of the three. The depthwise kernel is one where a wrong
+    reading shows: its LTO-IR built with line information gets other registers on sm_75 (64
+    instead of 61 with numba-cuda 0.30.4)."""
     import re
     import subprocess
     import sys
@@ -247,24 +254,30 @@ def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives():
              "argtypes": list(s.argtypes), "target": t, "sass": False}
             for s in specs for t in ("sm_75", "sm_90")]
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", BOTH_PATHS], input=json.dumps(jobs),
+               PYTHONPATH=str(ROOT), WORKBOOK_COMPILE_CACHE=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", ALL_PATHS], input=json.dumps(jobs),
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    shared, alone = json.loads(out.stdout.splitlines()[-1])
+    shared, kept, used, alone = json.loads(out.stdout.splitlines()[-1])
     if shared["unavailable"]:
         pytest.skip(f"no CUDA compiler here: {shared['unavailable']}")
+    assert used == ["KeptFrontEnd"]   # the second run lowered nothing itself
 
     def names_out(ptx: str) -> str:  # mangled names and shared arrays carry a counter
         return re.sub(r"_cudapy_smem_\d+", "SMEM", re.sub(r"_ZN\w+", "NAME", ptx))
 
-    assert len(shared["results"]) == len(alone["results"]) == len(jobs)
-    for one, other in zip(shared["results"], alone["results"]):
-        assert "ok" in one and "ok" in other, (one.get("error"), other.get("error"))
-        one, other = one["ok"], other["ok"]
-        numbers = [k for k in one if k not in ("ptx", "log", "sass")]
-        assert {k: one[k] for k in numbers} == {k: other[k] for k in numbers}
-        assert names_out(one["ptx"]) == names_out(other["ptx"])
+    assert len(shared["results"]) == len(kept["results"]) == len(alone["results"]) == len(jobs)
+    for first, again, other in zip(shared["results"], kept["results"], alone["results"]):
+        assert "ok" in first and "ok" in again and "ok" in other, (
+            first.get("error"), again.get("error"), other.get("error"))
+        first, again, other = first["ok"], again["ok"], other["ok"]
+        def timeless(answer: dict) -> dict:   # the assembler's log says how long it took
+            return dict(answer, log=re.sub(r"Compile time = [\d.]+ ms", "", answer["log"]))
+
+        assert timeless(again) == timeless(first)   # the kept front end: the same PTX and log
+        numbers = [k for k in first if k not in ("ptx", "log", "sass")]
+        assert {k: first[k] for k in numbers} == {k: other[k] for k in numbers}
+        assert names_out(first["ptx"]) == names_out(other["ptx"])
 
 
 IR_WITH_LINES = """\

@@ -57,6 +57,29 @@ def test_one_child_answers_every_batch_until_what_it_compiled_with_changes(fresh
     assert _regs(fresh.run([_job()])) == first
 
 
+@pytest.mark.slow
+def test_the_child_keeps_front_ends_in_the_cache_its_caller_names_now(fresh, monkeypatch,
+                                                                      tmp_path):
+    """A kept child started with one compile cache writes each kernel's front end where its
+    caller's cache is at each batch (another folder, or none), not where it was at its start."""
+    first, second = tmp_path / "first", tmp_path / "second"
+
+    def entries(folder):
+        return sorted(p.name for p in folder.glob("*.json"))
+
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", str(first))
+    assert _regs(fresh.run([_job()])) > 0
+    child, kept_first = fresh._CHILD, entries(first)
+    assert len(kept_first) == 1   # the naive GEMM's front end (answers are kept by the caller)
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", str(second))
+    assert _regs(fresh.run([_job("gemm_tiled_kernel")])) > 0
+    assert entries(first) == kept_first and len(entries(second)) == 1
+    monkeypatch.setenv("WORKBOOK_COMPILE_CACHE", "off")
+    assert _regs(fresh.run([_job("im2col_kernel")])) > 0
+    assert entries(first) == kept_first and len(entries(second)) == 1
+    assert fresh._CHILD is child   # one child all along
+
+
 def test_the_signature_changes_with_a_module_of_helpers_or_a_numba_variable(tmp_path,
                                                                            monkeypatch):
     import os
