@@ -85,15 +85,25 @@ def front_end(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
         return None
     whose = (key, lineinfo, cc >= (7, 5), cc >= (6, 0))
     if whose not in LIBRARIES:
-        kept = compile_cache.get({"front_end": list(whose)})
+        keeps = _nvvm_compiles_ir()
+        kept = compile_cache.get({"front_end": list(whose)}) if keeps else None
         if kept is not None:
             LIBRARIES[whose] = KeptFrontEnd(kept["llvm_strs"], kept["nvvm_options"])
         else:
             with global_compiler_lock:
                 LIBRARIES[whose], _ = run(fn, argtypes, lineinfo=lineinfo, device=False,
                                            cc=cc, abi="numba", launch_bounds=launch_bounds)
-            _keep(whose, LIBRARIES[whose])
+            if keeps:
+                _keep(whose, LIBRARIES[whose])
     return LIBRARIES[whose]
+
+
+def _nvvm_compiles_ir() -> bool:
+    """Whether this numba-cuda has the two functions :class:`KeptFrontEnd` compiles with
+    (elsewhere no front end is kept or read: each process runs its own)."""
+    from numba.cuda.cudadrv import nvrtc, nvvm
+
+    return hasattr(nvrtc, "get_arch_option") and hasattr(nvvm, "compile_ir")
 
 
 def ptx_and_code(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,

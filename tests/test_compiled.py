@@ -280,6 +280,42 @@ def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives(tmp_
         assert names_out(first["ptx"]) == names_out(other["ptx"])
 
 
+#: The worker's jobs (stdin) compiled as with a numba-cuda whose NVVM wrapper lacks what a kept
+#: front end is compiled with (``nvrtc.get_arch_option``, ``nvvm.compile_ir``): the answers,
+#: and the cache's files.
+WITHOUT_ARCH_OPTION = """
+import json, os, pathlib, sys
+from helpers import compiler_front_end, compiler_worker
+compiler_front_end._nvvm_compiles_ir = lambda: False
+answer = compiler_worker.run_jobs(json.loads(sys.stdin.read()))
+folder = pathlib.Path(os.environ["WORKBOOK_COMPILE_CACHE"])
+print(json.dumps([answer, sorted(p.name for p in folder.glob("*.json"))]))
+"""
+
+
+@pytest.mark.slow
+def test_a_numba_cuda_without_what_a_kept_front_end_needs_compiles_without_keeping_one(
+        tmp_path):
+    """Where NVVM cannot be called as :class:`KeptFrontEnd` calls it, nothing is kept or read
+    back: each process lowers its kernels itself, and the answer is the compiler's as ever."""
+    import subprocess
+    import sys
+
+    spec = kernels.spec("gemm_tiled_kernel")
+    jobs = [{"kernel": compiler_worker.describe_kernel(spec.dispatcher()),
+             "argtypes": list(spec.argtypes), "target": "sm_75", "sass": False}]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=str(ROOT), WORKBOOK_COMPILE_CACHE=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", WITHOUT_ARCH_OPTION], input=json.dumps(jobs),
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    answer, files = json.loads(out.stdout.splitlines()[-1])
+    if answer["unavailable"]:
+        pytest.skip(f"no CUDA compiler here: {answer['unavailable']}")
+    (result,) = answer["results"]
+    assert result["ok"]["regs_per_thread"] > 0 and files == []
+
+
 IR_WITH_LINES = """\
 define void @"k"(float* %"a") !dbg !5
 {
