@@ -266,14 +266,14 @@ def test_one_front_end_per_kernel_gives_what_compiling_each_job_alone_gives(tmp_
     def names_out(ptx: str) -> str:  # mangled names and shared arrays carry a counter
         return re.sub(r"_cudapy_smem_\d+", "SMEM", re.sub(r"_ZN\w+", "NAME", ptx))
 
+    def timeless(answer: dict) -> dict:   # the assembler's log says how long it took
+        return dict(answer, log=re.sub(r"Compile time = [\d.]+ ms", "", answer["log"]))
+
     assert len(shared["results"]) == len(kept["results"]) == len(alone["results"]) == len(jobs)
     for first, again, other in zip(shared["results"], kept["results"], alone["results"]):
         assert "ok" in first and "ok" in again and "ok" in other, (
             first.get("error"), again.get("error"), other.get("error"))
         first, again, other = first["ok"], again["ok"], other["ok"]
-        def timeless(answer: dict) -> dict:   # the assembler's log says how long it took
-            return dict(answer, log=re.sub(r"Compile time = [\d.]+ ms", "", answer["log"]))
-
         assert timeless(again) == timeless(first)   # the kept front end: the same PTX and log
         numbers = [k for k in first if k not in ("ptx", "log", "sass")]
         assert {k: first[k] for k in numbers} == {k: other[k] for k in numbers}
