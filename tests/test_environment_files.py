@@ -108,12 +108,13 @@ def test_make_test_runs_the_tests_marked_alone_from_the_files_it_names():
 def test_the_test_commands_keep_bytecode_and_let_idle_threads_sleep():
     """Every pytest that make test and make test-fast start, and make test-pythons, runs with
     PYTHONDONTWRITEBYTECODE empty, so that the test modules, rewritten once, are read back by
-    the next process, and with OMP_WAIT_POLICY=PASSIVE unless the caller set one, so that an
-    idle OpenMP thread does not spin on a core another test process needs."""
+    the next process, and with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_NUM_THREADS=1 unless the
+    caller set them, so that no idle thread spins on a core another test process needs."""
     text = (ROOT / "Makefile").read_text()
     assert re.search(r"^KEEP_BYTECODE\s*:=\s*PYTHONDONTWRITEBYTECODE=\s*$", text, flags=re.M)
     assert re.search(r"^TEST_ENV\s*:=\s*\$\(KEEP_BYTECODE\) "
-                     r"OMP_WAIT_POLICY=\$\$\{OMP_WAIT_POLICY:-PASSIVE\}\s*$", text, flags=re.M)
+                     r"OMP_WAIT_POLICY=\$\$\{OMP_WAIT_POLICY:-PASSIVE\} \\\n"
+                     r"\tOPENBLAS_NUM_THREADS=\$\$\{OPENBLAS_NUM_THREADS:-1\}\s*$", text, flags=re.M)
     for target, run in (("test", "$(TEST_ENV) $(PY) -m pytest"),
                         ("test-fast", "$(TEST_ENV) $(PY) -m pytest"),
                         ("test-pythons", "$(TEST_ENV) UV=$(UV) $(PY) -m tools.test_pythons")):
