@@ -114,7 +114,8 @@ def test_the_test_commands_keep_bytecode_and_let_idle_threads_sleep():
     assert re.search(r"^KEEP_BYTECODE\s*:=\s*PYTHONDONTWRITEBYTECODE=\s*$", text, flags=re.M)
     assert re.search(r"^TEST_ENV\s*:=\s*\$\(KEEP_BYTECODE\) "
                      r"OMP_WAIT_POLICY=\$\$\{OMP_WAIT_POLICY:-PASSIVE\} \\\n"
-                     r"\tOPENBLAS_NUM_THREADS=\$\$\{OPENBLAS_NUM_THREADS:-1\}\s*$", text, flags=re.M)
+                     r"\tOPENBLAS_NUM_THREADS=\$\$\{OPENBLAS_NUM_THREADS:-1\}\s*$", text,
+                     flags=re.M)
     for target, run in (("test", "$(TEST_ENV) $(PY) -m pytest"),
                         ("test-fast", "$(TEST_ENV) $(PY) -m pytest"),
                         ("test-pythons", "$(TEST_ENV) UV=$(UV) $(PY) -m tools.test_pythons")):
