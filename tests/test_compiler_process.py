@@ -165,3 +165,20 @@ def test_what_the_compiler_prints_goes_to_stderr_not_into_the_answers():
     assert [json.loads(s)["results"] for s in proc.stdout.splitlines()] == [[1], [2]]
     assert proc.stderr.count("a warning from Python") == 2
     assert proc.stderr.count("a note from a C library") == 2
+
+
+def test_the_child_leaves_at_once_when_its_input_closes(tmp_path):
+    """Its answers are sent and the compile cache's entries are whole files: when its parent
+    closes its input, the serving child leaves without Python's teardown (about two seconds of
+    CPU with the compiler's libraries loaded), so an exit handler never runs. One batch without
+    ``--serve`` ends as any script does, and its handler runs."""
+    script = ("import atexit, pathlib, runpy, sys\n"
+              "atexit.register(pathlib.Path(sys.argv[1]).touch)\n"
+              "sys.argv = ['compiler_worker'] + sys.argv[2:]\n"
+              "runpy.run_module('helpers.compiler_worker', run_name='__main__')\n")
+    for args, torn_down in ((["--serve"], False), ([], True)):
+        marker = tmp_path / f"torn_down_{len(args)}"
+        proc = subprocess.run([sys.executable, "-c", script, str(marker), *args], input="",
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert marker.exists() == torn_down, (args, proc.stdout, proc.stderr)

@@ -19,7 +19,11 @@ import pytest
 
 from tools import run_notebooks
 
-GOOD = ("x = 6 * 7", "print('answer', x)")
+#: A file the good notebook's kernel writes, in its folder, if Python's teardown runs in it: a
+#: kernel stopped at once when its notebook is done (as nbval stops its kernels) never writes it.
+TORN_DOWN = "kernel_torn_down"
+GOOD = ("x = 6 * 7", "print('answer', x)",
+        f"import atexit, pathlib\natexit.register(pathlib.Path({TORN_DOWN!r}).touch)")
 BAD = ("y = 1", "raise ValueError('broken on purpose')", "print('never reached')")
 #: The kernel process writes to its file descriptor 2 and exits, as a crashing library would.
 #: (Where ipykernel captures that descriptor for the cell, it also copies what it reads to the
@@ -118,6 +122,16 @@ def test_executed_notebooks_and_html_land_in_out(run):
     assert bad.cells[1].outputs[0]["output_type"] == "error"
     assert bad.cells[1].outputs[0]["ename"] == "ValueError"
     assert bad.cells[2].outputs == []  # execution stopped at the error
+
+
+@pytest.mark.slow
+def test_each_kernel_is_stopped_at_once_when_its_notebook_is_done(run):
+    """Every output is in by then; Python's teardown in the kernel (seconds of CPU with torch
+    and Numba imported) would run its exit handlers, and the good notebook registers one."""
+    assert "answer 42" in nbformat.read(run["out"] / "01_good.ipynb",
+                                        as_version=4).cells[1].outputs[0]["text"]
+    assert not (run["good"].parent / TORN_DOWN).exists()
+    assert not (run["ip_dir"] / TORN_DOWN).exists()
 
 
 @pytest.mark.slow

@@ -9,6 +9,11 @@ hang for ten minutes rather than pass.
 
 from __future__ import annotations
 
+import pathlib
+import pickle
+import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -103,3 +108,25 @@ def test_bad_arguments_raise():
         Worker(start_timeout_s=0)
     with pytest.raises(ValueError, match="timeout_s"):
         Worker().run("math", "sqrt", 1.0, timeout_s=0)
+
+
+def test_a_child_whose_parent_has_gone_leaves_at_once(tmp_path):
+    """When its input closes (the parent ended or was killed), the child's loop returns and the
+    module leaves at once, without Python's teardown of torch and Numba (over a second of CPU);
+    an exit handler never runs. The loop alone, called from a script, returns as usual."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    script = ("import atexit, pathlib, runpy, sys\n"
+              "atexit.register(pathlib.Path(sys.argv[1]).touch)\n"
+              "if sys.argv[2] == 'main':\n"
+              "    runpy.run_module('helpers.device.worker', run_name='__main__')\n"
+              "else:\n"
+              "    from helpers.device import worker\n"
+              "    worker._serve(None)\n")
+    for how, torn_down in (("main", False), ("loop", True)):
+        marker = tmp_path / f"torn_down_{how}"
+        proc = subprocess.run([sys.executable, "-c", script, str(marker), how], input=b"",
+                              capture_output=True, cwd=root, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        (size,) = struct.unpack("<Q", proc.stdout[:8])   # it said it was ready first
+        assert pickle.loads(proc.stdout[8:8 + size]) == ("ready", None)
+        assert marker.exists() == torn_down, (how, proc.stderr)

@@ -43,7 +43,9 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
     A kernel that does not start is started again, up to ``KERNEL_START_TRIES`` starts in all
     (each retry is noted on stderr, under ``name``); a kernel that dies after it started is
     not. Widget state is not stored: it would embed each chart widget's JavaScript in the
-    file. A cell's output may arrive up to :data:`IOPUB_TIMEOUT_S` after its reply.
+    file. A cell's output may arrive up to :data:`IOPUB_TIMEOUT_S` after its reply. When the
+    last cell is done the kernel is stopped at once, as nbval stops its kernels: every output
+    is in, and Python's teardown of torch and Numba would cost seconds of CPU for nothing.
     ``start_kwargs`` go to the kernel's start (``stdout=``, ``stderr=``: where the kernel
     process's own output goes).
 
@@ -59,6 +61,7 @@ def execute(nb, cwd: pathlib.Path, timeout: int = 600, allow_errors: bool = Fals
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 iopub_timeout=IOPUB_TIMEOUT_S,
                                 allow_errors=allow_errors, store_widget_state=False,
+                                shutdown_kernel="immediate",
                                 resources={"metadata": {"path": str(cwd)}},
                                 on_notebook_start=lambda notebook: started.append(True))
         try:
