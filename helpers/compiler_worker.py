@@ -7,7 +7,8 @@ compilations by :mod:`helpers.compiler_process`, and hands it jobs as JSON on st
 kernel by module and name (the workbook's own) or by source and the globals it uses (a notebook
 cell's or a lab's), argument types, a target. Results come back as JSON, one per job. Numba's
 front end runs once per kernel for every target and process (:mod:`helpers.compiler_front_end`);
-nothing else of the workbook is imported but :mod:`helpers.compile_cache`.
+nothing else of the workbook is imported but :mod:`helpers.compile_cache` and the kernels'
+modules, and torch only if something reads it (:mod:`helpers.deferred_import`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 import textwrap
 import types as pytypes
 
-from helpers import compile_cache, compiler_front_end
+from helpers import compile_cache, compiler_front_end, deferred_import
 
 # ----------------------------------------------------------------------- parsing the outputs
 
@@ -403,9 +404,9 @@ def serve() -> None:
 
 def end_now() -> None:
     """Leave the process at once, as :mod:`multiprocessing`'s workers do: its standard streams
-    flushed, nothing torn down. Python's own teardown of the compiler's libraries (and torch,
-    imported with the workbook's modules) costs about two seconds of CPU, for nothing: the
-    answers are sent and the compile cache's entries are whole files already."""
+    flushed, nothing torn down. Python's own teardown of the compiler's libraries (and of
+    torch, where something read it) costs up to two seconds of CPU, for nothing: the answers
+    are sent and the compile cache's entries are whole files already."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -415,6 +416,8 @@ def end_now() -> None:
 
 
 if __name__ == "__main__":
+    # The kernels' modules import torch for their host code, which no compilation reads.
+    deferred_import.defer("torch")
     if sys.argv[1:] == ["--serve"]:
         serve()
         end_now()

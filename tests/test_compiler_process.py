@@ -6,6 +6,7 @@ other modules or environment; and what the compiler's libraries print cannot gar
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -182,3 +183,25 @@ def test_the_child_leaves_at_once_when_its_input_closes(tmp_path):
                               capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert marker.exists() == torn_down, (args, proc.stdout, proc.stderr)
+
+
+@pytest.mark.slow
+def test_the_child_compiles_the_workbooks_kernels_without_loading_torch():
+    """The kernels' modules import torch for their host code; the child defers it
+    (helpers.deferred_import), and no compilation reads it, so torch's library never loads
+    (``python -X importtime`` names every module the child imported)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=str(ROOT))
+    request = {"path": [str(ROOT)], "cache": "off",
+               "jobs": [_job("gemm_naive_kernel"), _job("im2col_kernel")]}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *compiler_process._Child.COMMAND],
+        input=json.dumps(request) + "\n", capture_output=True, text=True, cwd=ROOT, env=env,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout)
+    assert [r["ok"]["regs_per_thread"] > 0 for r in answer["results"]] == [True, True], answer
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert {"helpers.conv.gemm.rung2_naive", "helpers.conv.unroll", "torch"} <= imported
+    assert not {"torch._C", "torch.nn.modules"} & imported

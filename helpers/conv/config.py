@@ -23,10 +23,20 @@ __all__ = ["ConvConfig", "pair", "same_padding", "MAX_STRIDE_OR_PADDING"]
 MAX_STRIDE_OR_PADDING = 2**31 - 1
 
 
+def _array_or_tensor(value) -> bool:
+    """Whether ``value`` is a NumPy array or a torch tensor. Python numbers, tuples and lists
+    are answered without reading ``torch.Tensor``: the compiler's process imports this module
+    (through the kernels' modules) with torch deferred until first used
+    (:mod:`helpers.deferred_import`), and these checks run at import for the example launches."""
+    if isinstance(value, (int, float, tuple, list, np.generic, np.ndarray)):
+        return isinstance(value, np.ndarray)
+    return isinstance(value, torch.Tensor)
+
+
 def _integer(value, name: str, what: str) -> int:
     """``value`` as an int if it is an integer (Python, NumPy or a 0-d integer array/tensor),
     else a ValueError naming ``name``; a bool or a float with no fractional part is refused."""
-    if isinstance(value, (np.ndarray, torch.Tensor)):
+    if _array_or_tensor(value):
         if value.ndim != 0:
             raise ValueError(f"{name} must be {what}, got an array of shape {tuple(value.shape)}")
         value = value.item()
@@ -45,7 +55,7 @@ def pair(value, name: str, minimum: int, maximum: int = MAX_STRIDE_OR_PADDING) -
         ValueError: naming ``name`` and the valid range (a non-integer, a bool, a pair of the
             wrong length, a value out of range).
     """
-    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 1:
+    if _array_or_tensor(value) and value.ndim == 1:
         value = tuple(value.tolist())
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
@@ -66,7 +76,7 @@ def pair(value, name: str, minimum: int, maximum: int = MAX_STRIDE_OR_PADDING) -
 
 
 def _shape(shape, name: str, symbols: str) -> tuple[int, int, int, int]:
-    if not isinstance(shape, (tuple, list, torch.Size)):
+    if not isinstance(shape, (tuple, list)):   # torch.Size is a tuple
         raise ValueError(f"{name} must be 4-D {symbols}: its shape must be a tuple of 4 "
                          f"integers, got {shape!r} ({type(shape).__name__})")
     if len(shape) != 4:

@@ -124,10 +124,12 @@ def kernel_array(t: torch.Tensor):
 _POISON: contextvars.ContextVar[bool] = contextvars.ContextVar("poison", default=True)
 
 
-def poisoned(shape, device: torch.device, dtype=torch.float32) -> torch.Tensor:
+def poisoned(shape, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new tensor of ``shape`` on ``device`` filled with NaN: an element a kernel fails to
     write stays NaN, so every check against a reference sees it. Inside :func:`unpoisoned`
-    (timed calls) an uninitialised ``torch.empty`` instead: no fill kernel runs."""
+    (timed calls) an uninitialised ``torch.empty`` instead: no fill kernel runs. ``dtype``:
+    default float32."""
+    dtype = torch.float32 if dtype is None else dtype
     if not _POISON.get():
         return torch.empty(tuple(shape), dtype=dtype, device=device)
     return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
