@@ -236,15 +236,14 @@ def _start_scenarios() -> dict[str, subprocess.Popen]:
     return procs
 
 
-# Started when this module is imported (during collection), so the interpreters start while
-# pytest imports the other test modules; the fixture below collects their output.
-_PROCS = _start_scenarios()
-
-
 @pytest.fixture(scope="module")
 def scenarios():
+    """Every scenario's ``(return code, stdout, stderr)``. The interpreters start together,
+    when the first test of this module needs them: only in the test process that runs this
+    module (each worker of ``pytest -n`` imports every test module, and six interpreters that
+    import numba and helpers cost seconds of CPU each)."""
     done = {}
-    for name, proc in _PROCS.items():
+    for name, proc in _start_scenarios().items():
         out, err = proc.communicate(timeout=120)
         done[name] = (proc.returncode, out, err)
     return done

@@ -14,7 +14,6 @@ import urllib.request
 
 import nbformat
 import pytest
-from jupyterlab_server.workspaces_handler import WorkspacesManager
 
 from tools import lab
 
@@ -29,6 +28,9 @@ def test_make_lab_shows_only_the_learners_copies_and_lists_an_updated_original(t
     README, no originals beside them), the one tab is the copy of notebook 00 and its one kernel
     (the earlier session's lab 1 tab is not reopened), the copy shows no nbval marker and a
     one-line setup cell, and its updates cell, run, names lab 1."""
+    # JupyterLab's server, imported here: every test process imports this module to collect it
+    from jupyterlab_server.workspaces_handler import WorkspacesManager
+
     path = require_browser()
     root = tmp_path / "root"
     for rel in (START, LAB, "README.md"):
