@@ -10,7 +10,7 @@ any change to the code, the compiler or numpy misses the cache. The folder is
 renamed), so concurrent processes never read half an entry; an unreadable entry is a miss. A
 process about to compile claims its jobs (:func:`claim`, a lock file per job), so that another
 process needing the same kernel at the same time waits for that answer (:func:`wait`) instead of
-compiling it too.
+compiling it too; :func:`lock` does the same for a Numba CPU function's first compilation.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ except ImportError:   # Windows: no claims; each process compiles what it does n
     fcntl = None
 
 __all__ = ["ENV", "MAX_ENTRIES", "WAIT_S", "folder", "fingerprint", "key", "get", "put", "claim",
-           "wait"]
+           "wait", "lock"]
 
 #: The environment variable that moves the cache (a folder) or turns it off (``off``).
 ENV = "WORKBOOK_COMPILE_CACHE"
@@ -174,3 +174,49 @@ def wait(job: dict, timeout_s: float | None = None) -> dict | None:
     except OSError:
         pass
     return get(job)
+
+
+@contextlib.contextmanager
+def lock(name: str, timeout_s: float | None = None):
+    """Hold the lock ``name`` (a file in the cache's folder) for the ``with`` block, shared by
+    every process that uses the same folder: for work that one process should do while the
+    others wait and then reuse it, such as a Numba function's first compilation, which Numba
+    keeps in its own cache on disk (:mod:`helpers.conv.direct.cpu`).
+
+    Args:
+        name: the lock's name (letters, digits, ``-``, ``_`` and ``.``).
+        timeout_s: seconds to wait for another holder (default :data:`WAIT_S`); after that,
+            and where there is no cache folder, no file locks (Windows) or no writable folder,
+            the block runs without the lock.
+
+    Raises:
+        ValueError: ``name`` is empty or holds another character (before any file is touched).
+    """
+    if not name or not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise ValueError(f"name must be letters, digits, '-', '_' or '.', got {name!r}")
+    where = folder()
+    fh = None
+    if where is not None and fcntl is not None:
+        deadline = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            fh = open(where / f"{name}.lock", "a")   # noqa: SIM115 (held for the block)
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        fh.close()
+                        fh = None
+                        break
+                    time.sleep(0.1)
+        except OSError:
+            if fh is not None:
+                fh.close()
+            fh = None
+    try:
+        yield
+    finally:
+        if fh is not None:
+            fh.close()   # closing the file releases its lock

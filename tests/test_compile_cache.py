@@ -154,3 +154,93 @@ def test_compile_many_waits_for_a_kernel_another_process_is_compiling(cache, mon
         compile_cache.put(described, answer)
     waiter.join(timeout=30)
     assert got and got[0].ptx == first.ptx
+
+
+# ------------------------------------------------------------------ lock(): one holder at a time
+
+@pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+def test_a_lock_has_one_holder_and_the_next_waits_for_it(cache):
+    import threading
+
+    entered = []
+
+    def other() -> None:
+        with compile_cache.lock("numba-x"):
+            entered.append("other")
+
+    with compile_cache.lock("numba-x"):
+        waiter = threading.Thread(target=other)
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive() and entered == []     # waiting while this block holds it
+        with compile_cache.lock("numba-y"):            # another name is another lock
+            entered.append("y")
+    waiter.join(timeout=10)
+    assert entered == ["y", "other"]
+
+
+@pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+def test_a_lock_held_too_long_is_passed_after_the_timeout(cache):
+    import time
+
+    with compile_cache.lock("numba-x"):
+        began = time.monotonic()
+        with compile_cache.lock("numba-x", timeout_s=0.3):   # runs without it
+            waited = time.monotonic() - began
+    assert 0.3 <= waited < 5
+
+
+def test_a_lock_without_a_cache_folder_or_with_a_bad_name(monkeypatch, tmp_path):
+    monkeypatch.setenv(compile_cache.ENV, "off")
+    with compile_cache.lock("numba-x"):
+        pass                                           # no folder: the block runs, unlocked
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
+    for bad in ("", "../x", "a b", "x/y"):
+        with pytest.raises(ValueError, match="name"), compile_cache.lock(bad):
+            pass
+    assert not (tmp_path / "cache").exists()           # refused before any file was made
+
+
+#: One process of the test below: it waits for its twin, then compiles the direct forward loop
+#: for the CPU (torch deferred: the loop needs only numpy) and prints Numba's cache misses.
+_TWIN = """
+import pathlib, sys, time
+from helpers import deferred_import
+deferred_import.defer("torch")
+import numpy as np
+from helpers.conv.direct import cpu
+here, there = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+here.touch()
+while not there.exists():
+    time.sleep(0.01)
+x, w, y = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32), np.zeros((1, 1, 2, 2), np.float32)
+args = (x, w, y, 1, 1, 0, 0, 1, 1)
+cpu._compiled(cpu._forward_cpu, args)
+cpu._forward_cpu(*args)
+print("misses", sum(cpu._forward_cpu.stats.cache_misses.values()), "y", y.ravel().tolist())
+"""
+
+
+@pytest.mark.skipif(compile_cache.fcntl is None, reason="no file locks here (Windows)")
+@pytest.mark.slow
+def test_processes_that_start_together_compile_a_numba_cpu_loop_once(tmp_path):
+    """Two processes reach the direct forward loop's first call at the same moment, with
+    Numba's cache on disk empty: one compiles it, the other waits and loads it (without the
+    lock both compile it, each for seconds of CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    from tools.run_notebooks import ROOT
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               WORKBOOK_COMPILE_CACHE=str(tmp_path / "compiled"), PYTHONPATH=str(ROOT))
+    a, b = tmp_path / "a", tmp_path / "b"
+    procs = [subprocess.Popen([sys.executable, "-c", _TWIN, str(me), str(twin)], env=env,
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for me, twin in ((a, b), (b, a))]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    lines = sorted(out.strip().splitlines()[-1] for out, _ in outs)
+    assert lines == ["misses 0 y [9.0, 9.0, 9.0, 9.0]", "misses 1 y [9.0, 9.0, 9.0, 9.0]"]

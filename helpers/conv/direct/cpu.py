@@ -4,15 +4,18 @@ The forward loop runs ``prange`` over the N*K output planes, each computed seria
 window; ``dx`` gathers over (r, s, k) per input element (parallel over N*C), ``dw`` reduces over
 (n, p, q) per filter element (parallel over K*C). Padding taps are skipped, not read as zeros.
 Shapes (cuDNN paper): x (N, C, H, W), w (K, C, R, S), y and dy (N, K, P, Q); CPU float32
-tensors in and out. Source: the study's Section II-B (direct convolution).
+tensors in and out. Source: the study's Section II-B (direct convolution). Numba keeps the
+compiled loops on disk; a process compiles them under a lock shared with other processes
+(:func:`helpers.compile_cache.lock`), so processes that start together compile them once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, prange
+from numba import njit, prange, typeof
 
+from helpers import compile_cache
 from helpers.conv.config import ConvConfig
 from helpers.conv.phases import phase
 from helpers.device.arrays import poisoned
@@ -92,9 +95,11 @@ def _backward_dw_cpu(x, dy, dw, sh, sw, ph, pw, dil_h, dil_w):
 def forward_cpu(x: torch.Tensor, w: torch.Tensor, cfg: ConvConfig) -> torch.Tensor:
     """Direct convolution on the CPU (Numba, parallel over N*K). CPU float32 tensors in and out."""
     y = poisoned(cfg.y_shape, torch.device("cpu"))
+    args = (x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w,
+            cfg.dil_h, cfg.dil_w)
+    _compiled(_forward_cpu, args)
     with phase("direct (y)"):
-        _forward_cpu(x.numpy(), w.numpy(), y.numpy(), cfg.stride_h, cfg.stride_w, cfg.pad_h,
-                     cfg.pad_w, cfg.dil_h, cfg.dil_w)
+        _forward_cpu(*args)
     return y
 
 
@@ -102,9 +107,26 @@ def backward_cpu(x, w, dy, cfg: ConvConfig):
     """(dx, dw) on the CPU with the gather loops described in the module docstring."""
     dx = poisoned(cfg.x_shape, torch.device("cpu"))
     dw = poisoned(cfg.w_shape, torch.device("cpu"))
-    args = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.dil_h, cfg.dil_w)
+    steps = (cfg.stride_h, cfg.stride_w, cfg.pad_h, cfg.pad_w, cfg.dil_h, cfg.dil_w)
+    dx_args = (w.numpy(), dy.numpy(), dx.numpy(), *steps)
+    dw_args = (x.numpy(), dy.numpy(), dw.numpy(), *steps)
+    _compiled(_backward_dx_cpu, dx_args)
+    _compiled(_backward_dw_cpu, dw_args)
     with phase("direct (dx)"):
-        _backward_dx_cpu(w.numpy(), dy.numpy(), dx.numpy(), *args)
+        _backward_dx_cpu(*dx_args)
     with phase("direct (dw)"):
-        _backward_dw_cpu(x.numpy(), dy.numpy(), dw.numpy(), *args)
+        _backward_dw_cpu(*dw_args)
     return dx, dw
+
+
+def _compiled(fn, args: tuple) -> None:
+    """Compile ``fn`` (a Numba dispatcher) for the types of ``args`` unless this process has:
+    Numba loads it from its cache on disk, or compiles it (about 3 CPU-seconds each) and saves
+    it there. Under :func:`helpers.compile_cache.lock`, so that a process waits while another
+    compiles it and then loads it instead of compiling it too (for at most two minutes)."""
+    sig = tuple(typeof(a) for a in args)
+    if sig in fn.signatures:
+        return
+    name = f"numba-{compile_cache.fingerprint()[:16]}-{fn.__name__}"
+    with compile_cache.lock(name, timeout_s=120.0):
+        fn.compile(sig)
