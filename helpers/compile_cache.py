@@ -160,20 +160,26 @@ def wait(job: dict, timeout_s: float | None = None) -> dict | None:
     where = folder()
     if where is None or fcntl is None:
         return get(job)
-    deadline = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
     try:
         with open(where / f"{key(job)}.lock", "a") as fh:
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(0.2)
+            _flock(fh, fcntl.LOCK_SH, timeout_s)
     except OSError:
         pass
     return get(job)
+
+
+def _flock(fh, mode: int, timeout_s: float | None) -> bool:
+    """Take the file lock ``mode`` (shared or exclusive) on ``fh``, trying every 0.1 s for at
+    most ``timeout_s`` seconds (default :data:`WAIT_S`); whether it was taken."""
+    deadline = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
+    while True:
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
@@ -197,20 +203,11 @@ def lock(name: str, timeout_s: float | None = None):
     where = folder()
     fh = None
     if where is not None and fcntl is not None:
-        deadline = time.monotonic() + (WAIT_S if timeout_s is None else timeout_s)
         try:
             where.mkdir(parents=True, exist_ok=True)
             fh = open(where / f"{name}.lock", "a")   # noqa: SIM115 (held for the block)
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if time.monotonic() >= deadline:
-                        fh.close()
-                        fh = None
-                        break
-                    time.sleep(0.1)
+            if not _flock(fh, fcntl.LOCK_EX, timeout_s):
+                raise OSError("held by another process past the timeout")
         except OSError:
             if fh is not None:
                 fh.close()
