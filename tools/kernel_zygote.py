@@ -3,14 +3,14 @@
 A new ``python -m ipykernel_launcher`` spends about 4 CPU-seconds importing torch, Numba, plotly
 and ipykernel before a notebook's first cell runs, and ``make test`` starts some forty of them.
 Under pytest (the root ``conftest.py``) a kernel's command becomes ``python kernel_zygote.py
-launch <the command>``: this small client asks a *zygote* (one per interpreter and environment,
-started by the first client, gone after :data:`IDLE_S` without work) to fork a kernel from its
-preloaded state, passes it its standard streams, working folder and environment, relays the
-signals Jupyter sends it (to the kernel's process group, as Jupyter signals a kernel's), and exits
-as the kernel exits. Whenever it cannot (no zygote yet, another environment, the zygote not
-single-threaded), it becomes the ordinary kernel (``exec``): nothing is lost, only time.
-``WORKBOOK_KERNEL_ZYGOTE=0`` turns it off. Nothing of the workbook is preloaded: ``import helpers``
-still chooses the simulator or the GPU in each kernel, before ``numba.cuda`` is imported.
+launch <the command>``. This small client asks a *zygote* (one per interpreter and environment,
+started by the second kernel of that environment, gone after :data:`IDLE_S` without work) to
+fork the kernel from its preloaded state with the client's standard streams, working folder and
+environment; it relays the signals Jupyter sends it to the kernel's process group and exits as
+the kernel exits. Where it cannot (no zygote yet, another environment, a zygote with a second
+thread), the client becomes the ordinary kernel (``exec``). ``WORKBOOK_KERNEL_ZYGOTE=0`` turns
+it off. Nothing of the workbook is preloaded: ``import helpers`` still chooses the simulator or
+the GPU in each kernel, before ``numba.cuda`` is imported.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def _key(python: str, env: dict) -> str:
 def _paths(key: str) -> tuple[str, str]:
     folder = os.path.join(tempfile.gettempdir(), f"workbook-kernels-{os.getuid()}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
+    if os.stat(folder).st_uid != os.getuid():
+        raise PermissionError(f"{folder} belongs to another user")
     return os.path.join(folder, key + ".sock"), os.path.join(folder, key + ".lock")
 
 
@@ -172,6 +174,7 @@ def _serve(sock_path: str, lock_path: str) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     kernels: dict[int, socket.socket] = {}  # kernel pid -> its client's connection
+    held = [lock, listener, selector]  # what a forked kernel closes first
     last = time.monotonic()
     try:
         while kernels or time.monotonic() - last < IDLE_S:
@@ -179,7 +182,7 @@ def _serve(sock_path: str, lock_path: str) -> None:
                 if ready.fileobj is listener:
                     conn, _ = listener.accept()
                     try:
-                        pid = _fork_kernel(conn, key, refusal, listener, kernels)
+                        pid = _fork_kernel(conn, key, refusal, held, kernels)
                     except Exception:  # noqa: BLE001  (a broken request: the client execs)
                         pid = 0
                     if pid:
@@ -222,15 +225,19 @@ def _reap(kernels: dict, selector) -> None:
         conn.close()
 
 
-def _fork_kernel(conn, key: str, refusal: str, listener, kernels: dict) -> int:
+def _fork_kernel(conn, key: str, refusal: str, held: list, kernels: dict) -> int:
     """Fork one kernel for the request on ``conn``; its pid, or 0 if declined (said on conn)."""
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    request = json.loads(message)
-    argv, env = request["argv"], request["env"]
-    why = refusal or ("another environment" if _key(argv[0], env) != key else
-                      "another interpreter" if os.path.realpath(argv[0]) != os.path.realpath(
-                          sys.executable) else
-                      "not an ipykernel command" if argv[1:3] != _LAUNCHER else "")
+    try:
+        request = json.loads(message)
+        argv, env = request["argv"], request["env"]
+        why = refusal or (
+            "another environment" if _key(argv[0], env) != key else
+            "another interpreter" if os.path.realpath(argv[0]) != os.path.realpath(
+                sys.executable) else
+            "not an ipykernel command" if argv[1:3] != _LAUNCHER else "")
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        why = f"a broken request ({exc})"
     if why or len(fds) != 3:
         for fd in fds:
             os.close(fd)
@@ -242,16 +249,15 @@ def _fork_kernel(conn, key: str, refusal: str, listener, kernels: dict) -> int:
     pid = os.fork()
     if pid == 0:
         try:
-            listener.close()
-            for other in kernels.values():
-                other.close()
-            conn.close()
+            for thing in (*held, *kernels.values(), conn):
+                thing.close()
             _become_kernel(argv, request["cwd"], env, fds)
         finally:
             os._exit(1)
     for fd in fds:
         os.close(fd)
-    conn.send(json.dumps({"pid": pid}).encode())
+    with contextlib.suppress(OSError):  # a client gone already: its end is seen closed next
+        conn.send(json.dumps({"pid": pid}).encode())
     return pid
 
 
