@@ -13,7 +13,6 @@ import helpers  # noqa: F401  (first: decides simulator vs GPU before numba.cuda
 import copy
 import math
 import re
-import time
 import tracemalloc
 
 import numpy as np
@@ -422,17 +421,28 @@ def test_a_large_conv_layer_is_measured_or_stopped_never_forecast(layer):
                 r"about [\d,]+ MiB", r["status"]), r["status"]
 
 
+def _calls_taking(monkeypatch, seconds_of) -> list[int]:
+    """Calibration calls whose timed length is ``seconds_of(n)`` exactly (``make_call`` and
+    the timer replaced: a real sleep on a loaded machine oversleeps by more than these rules
+    allow for); returns the sizes called, in order."""
+    sizes = []
+
+    def make(experiment, op, name, n, dtype, device):
+        sizes.append(n)
+        call = lambda: None
+        call.seconds = seconds_of(n)
+        return call
+
+    monkeypatch.setattr(tpb, "make_call", make)
+    monkeypatch.setattr(tpb, "_time_once", lambda call, device: call.seconds)
+    return sizes
+
+
 def test_calibration_does_not_take_a_delay_that_begins_at_one_size(monkeypatch):
     """GEMM that costs 1 ns per n ** 3 (a 64 x 64 call takes 0.26 ms), with 20 ms more a
     call from n = 64 on: the jump at 64 is far past the work's growth (8 times), so the
     calibration goes on to a size whose time grew with the work, not stopping at the delay."""
-    sizes = []
-
-    def fake(experiment, op, name, n, dtype, device):
-        sizes.append(n)
-        return lambda: time.sleep(1e-9 * n ** 3 + (0.02 if n >= 64 else 0.0))
-
-    monkeypatch.setattr(tpb, "make_call", fake)
+    sizes = _calls_taking(monkeypatch, lambda n: 1e-9 * n ** 3 + (0.02 if n >= 64 else 0.0))
     cal = tpb.calibrate("gemm", "gemm", "torch", "float32", "cpu", 1024)
     assert cal.size > 64 and max(sizes) == cal.size, (cal, sizes)
 
@@ -440,9 +450,6 @@ def test_calibration_does_not_take_a_delay_that_begins_at_one_size(monkeypatch):
 def test_calibration_ignores_a_fixed_delay(monkeypatch):
     """A call that takes 5 ms whatever its size (another library's threads holding the cores)
     does not stop the calibration early: it grows to the sweep's smallest size."""
-    def slow(experiment, op, name, n, dtype, device):
-        return lambda: time.sleep(0.005)
-
-    monkeypatch.setattr(tpb, "make_call", slow)
+    _calls_taking(monkeypatch, lambda n: 0.005)
     cal = tpb.calibrate("gemm", "gemm", "torch", "float32", "cpu", 256)
-    assert cal.size == 256 and cal.seconds >= 0.005
+    assert cal.size == 256 and cal.seconds == 0.005
