@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 
 from helpers.device import backend
+from helpers.device import worker as _worker
+from tools import kernel_zygote
 
 try:
     from hypothesis import settings
@@ -35,6 +37,18 @@ except ImportError:  # a bare GPU server (tools/gpu_tests.py): no property tests
 if settings is not None:
     settings.register_profile("workbook", deadline=None, print_blob=True, database=None)
     settings.load_profile("workbook")
+
+# The measuring processes the tests start (some thirty) are forked from a process that has
+# already imported torch and Numba, as the notebooks' kernels are (the root conftest.py); a
+# learner's explorer, and the tests that start one from a script, start an ordinary process.
+if not getattr(_worker.command, "zygote", False):
+    _worker_command = _worker.command
+
+    def _through_zygote(warm_up=None):
+        return kernel_zygote.command(_worker_command(warm_up))
+
+    _through_zygote.zygote = True
+    _worker.command = _through_zygote
 
 #: Tests of the no-GPU behaviour (simulator mode) are skipped on a machine with a real GPU.
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",

@@ -1,12 +1,14 @@
-"""The test run's notebook kernels forked from a preloaded process (tools/kernel_zygote.py): a
-forked kernel is the kernel a fresh start gives (working folder, path, environment, the
-workbook's choice of simulator or GPU), Jupyter's interrupt reaches it, killing the process
-Jupyter started kills it, and its exit status is that process's."""
+"""The test run's notebook kernels and measuring processes forked from a preloaded process
+(tools/kernel_zygote.py): a forked kernel is the kernel a fresh start gives (working folder,
+path, environment, the workbook's choice of simulator or GPU), Jupyter's interrupt reaches it,
+killing the process Jupyter started kills it, and its exit status is that process's; a forked
+measuring process answers, and dies with the process its Worker started."""
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import sys
 import time
@@ -14,6 +16,7 @@ import uuid
 
 import pytest
 
+from helpers.device import worker
 from tools import kernel_zygote
 
 jupyter_client = pytest.importorskip("jupyter_client.manager")
@@ -28,14 +31,24 @@ print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "path": sys.path,
 """
 
 
-def test_only_an_ipykernel_command_is_rewritten(monkeypatch):
+def test_only_a_kernel_or_a_measuring_process_is_rewritten(monkeypatch):
     cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"]
+    measuring = [sys.executable, "-m", "helpers.device.worker", "mod", "fn"]
     monkeypatch.delenv("WORKBOOK_KERNEL_ZYGOTE", raising=False)
     assert kernel_zygote.command(cmd) == [sys.executable, kernel_zygote.__file__, "launch", *cmd]
-    assert kernel_zygote.command([sys.executable, "-m", "other", "-f", "k.json"])[1:3] == [
-        "-m", "other"]
+    assert kernel_zygote.command(measuring)[2:] == ["launch", *measuring]
+    for other in ([sys.executable, "-m", "other", "-f", "k.json"],
+                  [sys.executable, "-m", "helpers.device"], [sys.executable, "script.py"],
+                  [sys.executable, "-c", "ipykernel_launcher"], [sys.executable]):
+        assert kernel_zygote.command(other) == other
     monkeypatch.setenv("WORKBOOK_KERNEL_ZYGOTE", "0")
-    assert kernel_zygote.command(cmd) == cmd
+    assert kernel_zygote.command(cmd) == cmd and kernel_zygote.command(measuring) == measuring
+
+
+def test_the_tests_measuring_processes_start_through_the_zygote(monkeypatch):
+    monkeypatch.delenv("WORKBOOK_KERNEL_ZYGOTE", raising=False)
+    assert worker.command(("m", "f"))[1:3] == [kernel_zygote.__file__, "launch"]
+    assert worker.command(("m", "f"))[-3:] == ["helpers.device.worker", "m", "f"]
 
 
 def test_a_per_kernel_variable_does_not_change_the_zygote_but_any_other_does():
@@ -91,8 +104,9 @@ def _probe(cwd) -> tuple[dict, object, object]:
     return json.loads(text), km, kc
 
 
-def _socket_ready(timeout_s: float = 90) -> bool:
-    sock, _ = kernel_zygote._paths(kernel_zygote._key(sys.executable, dict(os.environ)))
+def _socket_ready(timeout_s: float = 90, env: dict | None = None) -> bool:
+    env = dict(os.environ) if env is None else env
+    sock, _ = kernel_zygote._paths(kernel_zygote._key(sys.executable, env))
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if os.path.exists(sock):
@@ -142,6 +156,41 @@ def test_a_forked_kernel_is_the_kernel_a_fresh_start_gives(private_zygote, tmp_p
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_a_measuring_process_is_forked_answers_and_dies_with_the_process_started(
+        private_zygote):
+    """Three measuring processes in one environment: the third is forked from the zygote (the
+    pid that answers is not the pid of the process the Worker started), answers a call, and is
+    gone once the Worker kills the process it started (in a call that ignores a stop, its
+    standard input still open)."""
+    for _ in range(2):
+        w = worker.Worker()
+        try:
+            assert w.run("os", "getpid", timeout_s=120).status == "ok"
+        finally:
+            w.close()
+    root = str(pathlib.Path(worker.__file__).resolve().parents[2])  # as the Worker sets it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    assert _socket_ready(env=env), "no zygote started for the second measuring process"
+    w = worker.Worker(grace_s=1)
+    try:
+        outcome = w.run("os", "getpid", timeout_s=120)
+        assert outcome.status == "ok"
+        assert outcome.value != w._child.process.pid, "not forked from the zygote"
+        # a call that ignores the request to stop: the Worker kills the process it started
+        began = time.monotonic()
+        hung = w.run("time", "sleep", 60, timeout_s=1)
+        assert hung.status == "did not finish" and hung.killed
+        assert time.monotonic() - began < 30, "the forked process outlived its kill"
+        end = time.monotonic() + 10
+        while _alive(outcome.value) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(outcome.value)
+    finally:
+        w.close()
 
 
 def _alive(pid: int) -> bool:

@@ -1,16 +1,17 @@
-"""Notebook kernels for the test run, forked from a process that has already imported torch.
+"""Notebook kernels and measuring processes for the test run, forked from a process that has
+already imported torch.
 
 A new ``python -m ipykernel_launcher`` spends about 4 CPU-seconds importing torch, Numba, plotly
-and ipykernel before a notebook's first cell runs, and ``make test`` starts some forty of them.
-Under pytest (the root ``conftest.py``) a kernel's command becomes ``python kernel_zygote.py
-launch <the command>``. This small client asks a *zygote* (one per interpreter and environment,
-started by the second kernel of that environment, gone after :data:`IDLE_S` without work) to
-fork the kernel from its preloaded state with the client's standard streams, working folder and
-environment; it relays the signals Jupyter sends it to the kernel's process group and exits as
-the kernel exits. Where it cannot (no zygote yet, another environment, a zygote with a second
-thread), the client becomes the ordinary kernel (``exec``). ``WORKBOOK_KERNEL_ZYGOTE=0`` turns
-it off. Nothing of the workbook is preloaded: ``import helpers`` still chooses the simulator or
-the GPU in each kernel, before ``numba.cuda`` is imported.
+and ipykernel before a notebook's first cell runs, a measuring process (``python -m
+helpers.device.worker``) about as long, and ``make test`` starts some seventy of them. Under
+pytest (the root and tests' ``conftest.py``) such a command becomes ``python kernel_zygote.py
+launch <the command>``: a small client that asks a *zygote* (one per interpreter and environment,
+started by the second process of that environment, gone after :data:`IDLE_S` without work) to
+fork the process from its preloaded state with the client's standard streams, working folder and
+environment; it relays signals to the process group and exits as the process exits. Where it
+cannot, the client becomes the ordinary process (``exec``). ``WORKBOOK_KERNEL_ZYGOTE=0`` turns it
+off. Nothing of the workbook is preloaded: ``import helpers`` still chooses the simulator or the
+GPU in each process, before ``numba.cuda`` is imported.
 """
 
 from __future__ import annotations
@@ -35,13 +36,20 @@ PER_KERNEL = ("JPY_", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "WORKBOOK_KERNEL_Z
 IDLE_S = 300.0
 #: Signals the client passes on to the kernel's process group.
 RELAYED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-_LAUNCHER = ["-m", "ipykernel_launcher"]
+#: The modules a zygote runs (``python -m <module> ...``): a notebook kernel, and the measuring
+#: process of :mod:`helpers.device.worker` (the explorers' tests start some thirty).
+MODULES = ("ipykernel_launcher", "helpers.device.worker")
+
+
+def _served(cmd: list[str]) -> bool:
+    return len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in MODULES
 
 
 def command(cmd: list[str]) -> list[str]:
-    """A kernel command (``[python, "-m", "ipykernel_launcher", ...]``) rewritten to start
-    through the zygote; any other command, or with ``WORKBOOK_KERNEL_ZYGOTE=0``, unchanged."""
-    if (os.environ.get("WORKBOOK_KERNEL_ZYGOTE") == "0" or cmd[1:3] != _LAUNCHER
+    """A command of :data:`MODULES` (``[python, "-m", "ipykernel_launcher", ...]``) rewritten to
+    start through the zygote; any other command, or with ``WORKBOOK_KERNEL_ZYGOTE=0``,
+    unchanged."""
+    if (os.environ.get("WORKBOOK_KERNEL_ZYGOTE") == "0" or not _served(cmd)
             or not hasattr(os, "fork") or not hasattr(socket, "send_fds")):
         return cmd
     return [cmd[0], os.path.abspath(__file__), "launch", *cmd]
@@ -235,7 +243,7 @@ def _fork_kernel(conn, key: str, refusal: str, held: list, kernels: dict) -> int
             "another environment" if _key(argv[0], env) != key else
             "another interpreter" if os.path.realpath(argv[0]) != os.path.realpath(
                 sys.executable) else
-            "not an ipykernel command" if argv[1:3] != _LAUNCHER else "")
+            f"not a command of {MODULES}" if not _served(argv) else "")
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         why = f"a broken request ({exc})"
     if why or len(fds) != 3:
@@ -262,7 +270,7 @@ def _fork_kernel(conn, key: str, refusal: str, held: list, kernels: dict) -> int
 
 
 def _become_kernel(argv: list[str], cwd: str, env: dict, fds: list[int]) -> None:
-    """In the forked child: become ``python -m ipykernel_launcher ...`` started in ``cwd``."""
+    """In the forked child: become ``python -m <module> ...`` started in ``cwd``."""
     import atexit
     import runpy
     import threading

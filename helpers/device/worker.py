@@ -29,7 +29,7 @@ from typing import Any
 
 from helpers.device import cancel
 
-__all__ = ["Outcome", "Worker"]
+__all__ = ["Outcome", "Worker", "command"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +153,12 @@ def _answer(module: str, name: str, args: tuple, kwargs: dict) -> tuple[str, Any
     return ("ok", value)
 
 
+def command(warm_up: tuple[str, str] | None = None) -> list[str]:
+    """The measuring process's command line: ``[python, "-m", "helpers.device.worker"]``, then
+    the warm-up's module and function name, if any."""
+    return [sys.executable, "-m", "helpers.device.worker", *(warm_up or ())]
+
+
 class _Child:
     """One child process, the thread that reads its replies, and whether it is ready."""
 
@@ -160,9 +166,8 @@ class _Child:
         root = str(pathlib.Path(__file__).resolve().parents[2])  # the folder holding helpers/
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-        command = [sys.executable, "-m", "helpers.device.worker", *(warm_up or ())]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        env=env, cwd=root)
+        self.process = subprocess.Popen(command(warm_up), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env, cwd=root)
         self.replies: queue.Queue = queue.Queue()
         self.ready = False
         threading.Thread(target=self._read, daemon=True,
