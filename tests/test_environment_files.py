@@ -3,8 +3,10 @@ Makefile, CI script and README name the workbook's commands."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
+import sys
 import tomllib
 
 import pytest
@@ -199,3 +201,42 @@ def test_the_lock_leaves_out_the_slow_iri_checker(pyproject):
         lock.get("manifest", {}).get("overrides", [])), "uv.lock is older than pyproject.toml"
     if pathlib.Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
         assert importlib.util.find_spec("rfc3987_syntax") is None, "run make env"
+
+
+def test_the_longest_files_are_handed_out_first_and_exist():
+    """Under ``--dist loadfile`` the root conftest.py hands out its LONGEST_FIRST files first, in
+    that order (pytest-xdist's reordering by number of tests is turned off), then the others,
+    most tests first; a file renamed away from the list would silently start late."""
+    root = next((m for m in list(sys.modules.values())
+                 if getattr(m, "__file__", None) == str(ROOT / "conftest.py")), None)
+    if root is None:  # not loaded under that name: load a copy (its patches guard themselves)
+        spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+        root = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(root)
+
+    assert all((ROOT / path).is_file() for path in root.LONGEST_FIRST)
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    class Config:
+        def __init__(self, dist):
+            self.dist, self.option = dist, type("Options", (), {"loadscopereorder": True})()
+
+        def getoption(self, name, default=None):
+            return self.dist if name == "dist" else default
+
+    ids = ["tests/test_a.py::x", "tests/test_b.py::x", "tests/test_b.py::y",
+           f"{root.LONGEST_FIRST[1]}::x", f"{root.LONGEST_FIRST[0]}::x",
+           f"{root.LONGEST_FIRST[0]}::y"]
+    items = [Item(i) for i in ids]
+    config = Config("loadfile")
+    root.pytest_configure(config)
+    root.pytest_collection_modifyitems(config, items)
+    assert config.option.loadscopereorder is False
+    assert [i.nodeid for i in items] == [ids[4], ids[5], ids[3], ids[1], ids[2], ids[0]]
+    items, config = [Item(i) for i in ids], Config("load")
+    root.pytest_configure(config)
+    root.pytest_collection_modifyitems(config, items)
+    assert [i.nodeid for i in items] == ids and config.option.loadscopereorder is True
