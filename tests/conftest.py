@@ -22,6 +22,7 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 import numpy as np
 import pytest
 
+from helpers.checks.lab9 import real as _lab9_real
 from helpers.device import backend
 from helpers.device import worker as _worker
 from tools import kernel_zygote
@@ -38,17 +39,24 @@ if settings is not None:
     settings.register_profile("workbook", deadline=None, print_blob=True, database=None)
     settings.load_profile("workbook")
 
-# The measuring processes the tests start (some thirty) are forked from a process that has
-# already imported torch and Numba, as the notebooks' kernels are (the root conftest.py); a
-# learner's explorer, and the tests that start one from a script, start an ordinary process.
-if not getattr(_worker.command, "zygote", False):
-    _worker_command = _worker.command
+# The measuring processes the tests start (some thirty) and lab 9's gloo ranks (some twenty) are
+# forked from a process that has already imported torch and Numba, as the notebooks' kernels are
+# (the root conftest.py); a learner's explorer or check, and the tests that start one from a
+# script or a notebook, start ordinary processes.
+def _through_zygote(module) -> None:
+    if getattr(module.command, "zygote", False):
+        return
+    own = module.command
 
-    def _through_zygote(warm_up=None):
-        return kernel_zygote.command(_worker_command(warm_up))
+    def command(*args, **kwargs):
+        return kernel_zygote.command(own(*args, **kwargs))
 
-    _through_zygote.zygote = True
-    _worker.command = _through_zygote
+    command.zygote = True
+    module.command = command
+
+
+_through_zygote(_worker)
+_through_zygote(_lab9_real)
 
 #: Tests of the no-GPU behaviour (simulator mode) are skipped on a machine with a real GPU.
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",

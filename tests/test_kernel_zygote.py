@@ -1,8 +1,9 @@
-"""The test run's notebook kernels and measuring processes forked from a preloaded process
-(tools/kernel_zygote.py): a forked kernel is the kernel a fresh start gives (working folder,
-path, environment, the workbook's choice of simulator or GPU), Jupyter's interrupt reaches it,
-killing the process Jupyter started kills it, and its exit status is that process's; a forked
-measuring process answers, and dies with the process its Worker started."""
+"""The test run's notebook kernels, measuring processes and lab 9's ranks forked from a preloaded
+process (tools/kernel_zygote.py): a forked kernel is the kernel a fresh start gives (working
+folder, path, environment, the workbook's choice of simulator or GPU), Jupyter's interrupt
+reaches it, killing the process Jupyter started kills it, and its exit status is that process's;
+a forked measuring process answers, and dies with the process its Worker started; forked gloo
+ranks give lab 9's check its verdict and die when it stops them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import uuid
 
 import pytest
 
+from helpers.checks.lab9 import real as lab9_real
 from helpers.device import worker
 from tools import kernel_zygote
 
@@ -31,24 +33,32 @@ print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "path": sys.path,
 """
 
 
-def test_only_a_kernel_or_a_measuring_process_is_rewritten(monkeypatch):
+def test_only_a_kernel_a_measuring_process_or_a_rank_is_rewritten(monkeypatch, tmp_path):
     cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"]
     measuring = [sys.executable, "-m", "helpers.device.worker", "mod", "fn"]
+    rank = [sys.executable, str(pathlib.Path(lab9_real.__file__).with_name("rank.py")), "m"]
+    elsewhere = tmp_path / "rank.py"          # a script of the same name, not the workbook's
+    elsewhere.write_text("")
     monkeypatch.delenv("WORKBOOK_KERNEL_ZYGOTE", raising=False)
     assert kernel_zygote.command(cmd) == [sys.executable, kernel_zygote.__file__, "launch", *cmd]
     assert kernel_zygote.command(measuring)[2:] == ["launch", *measuring]
+    assert kernel_zygote.command(rank)[2:] == ["launch", *rank]
     for other in ([sys.executable, "-m", "other", "-f", "k.json"],
                   [sys.executable, "-m", "helpers.device"], [sys.executable, "script.py"],
+                  [sys.executable, str(elsewhere)], [sys.executable, "-m", rank[1]],
                   [sys.executable, "-c", "ipykernel_launcher"], [sys.executable]):
         assert kernel_zygote.command(other) == other
     monkeypatch.setenv("WORKBOOK_KERNEL_ZYGOTE", "0")
     assert kernel_zygote.command(cmd) == cmd and kernel_zygote.command(measuring) == measuring
+    assert kernel_zygote.command(rank) == rank
 
 
-def test_the_tests_measuring_processes_start_through_the_zygote(monkeypatch):
+def test_the_tests_measuring_processes_and_ranks_start_through_the_zygote(monkeypatch):
     monkeypatch.delenv("WORKBOOK_KERNEL_ZYGOTE", raising=False)
     assert worker.command(("m", "f"))[1:3] == [kernel_zygote.__file__, "launch"]
     assert worker.command(("m", "f"))[-3:] == ["helpers.device.worker", "m", "f"]
+    assert lab9_real.command(["m", "f"])[1:3] == [kernel_zygote.__file__, "launch"]
+    assert lab9_real.command(["m", "f"])[-3:] == [str(lab9_real._WORKER), "m", "f"]
 
 
 def test_a_per_kernel_variable_does_not_change_the_zygote_but_any_other_does():
@@ -191,6 +201,60 @@ def test_a_measuring_process_is_forked_answers_and_dies_with_the_process_started
         assert not _alive(outcome.value)
     finally:
         w.close()
+
+
+def noting_all_reduce(x, rank, world, comm):
+    """A right all-reduce that notes the pid of the process running it (a file in $LAB9_PIDS)."""
+    open(os.path.join(os.environ["LAB9_PIDS"], f"{os.getpid()}"), "w").close()
+    comm.all_reduce(x)
+
+
+def hanging_all_reduce(x, rank, world, comm):
+    """Notes its pid, then waits for a message no rank sends."""
+    open(os.path.join(os.environ["LAB9_PIDS"], f"{os.getpid()}"), "w").close()
+    comm.recv(x, (rank + 1) % world)
+
+
+@pytest.mark.slow
+def test_lab9_ranks_are_forked_judge_and_die_when_the_check_stops_them(tmp_path):
+    """Three runs of lab 9's real check in one environment of this test's own: the second's
+    ranks are forked (the processes running the learner's function are not those the check
+    started) and pass; the third's hang, and the forked ranks are gone once the check returns
+    at its time limit."""
+    before = dict(os.environ)
+    os.environ.update(LAB9_PIDS=str(tmp_path), OPENBLAS_NUM_THREADS="1",
+                      WORKBOOK_KERNEL_ZYGOTE="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_ADDR="127.0.0.1")
+    key = kernel_zygote._key(sys.executable, env)       # as real.py starts the ranks
+
+    def run(fn, timeout_s=60):
+        for f in tmp_path.iterdir():
+            f.unlink()
+        out = lab9_real.run_on_gloo(fn, (2,), (7,), timeout_s=timeout_s)
+        return out, sorted(int(f.name) for f in tmp_path.iterdir())
+
+    try:
+        first, _ = run(noting_all_reduce)   # started on their own; the second starts a zygote
+        assert first.status == "passed", first
+        assert _socket_ready(env=env), "no zygote started for the second rank"
+        second, ran = run(noting_all_reduce)
+        assert second.status == "passed" and len(ran) == 2, (second, ran)
+        assert not set(ran) & set(second.pids), "the ranks were not forked from the zygote"
+        third, ran = run(hanging_all_reduce, timeout_s=5)
+        assert third.status == "failed" and "had not finished after 5 s" in third.problem, third
+        assert len(ran) == 2 and not set(ran) & set(third.pids), ran
+        end = time.monotonic() + 10
+        while any(_alive(p) for p in ran) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in ran), "a forked rank outlived the check's stop"
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        try:
+            with open(kernel_zygote._paths(key)[1]) as lock:
+                os.kill(int(lock.read().split()[0]), signal.SIGTERM)
+        except (OSError, ValueError, IndexError):
+            pass
 
 
 def _alive(pid: int) -> bool:

@@ -1,17 +1,17 @@
-"""Notebook kernels and measuring processes for the test run, forked from a process that has
-already imported torch.
+"""Notebook kernels, measuring processes and lab 9's ranks for the test run, forked from a
+process that has already imported torch.
 
 A new ``python -m ipykernel_launcher`` spends about 4 CPU-seconds importing torch, Numba, plotly
 and ipykernel before a notebook's first cell runs, a measuring process (``python -m
-helpers.device.worker``) about as long, and ``make test`` starts some seventy of them. Under
-pytest (the root and tests' ``conftest.py``) such a command becomes ``python kernel_zygote.py
-launch <the command>``: a small client that asks a *zygote* (one per interpreter and environment,
-started by the second process of that environment, gone after :data:`IDLE_S` without work) to
-fork the process from its preloaded state with the client's standard streams, working folder and
-environment; it relays signals to the process group and exits as the process exits. Where it
-cannot, the client becomes the ordinary process (``exec``). ``WORKBOOK_KERNEL_ZYGOTE=0`` turns it
-off. Nothing of the workbook is preloaded: ``import helpers`` still chooses the simulator or the
-GPU in each process, before ``numba.cuda`` is imported.
+helpers.device.worker``) or a gloo rank of lab 9's check about as long, and ``make test`` starts
+some ninety of them. Under pytest (the root and tests' ``conftest.py``) such a command becomes
+``python kernel_zygote.py launch <the command>``: a small client that asks a *zygote* (one per
+interpreter and environment, started by the second process of that environment, gone after
+:data:`IDLE_S` without work) to fork the process from its preloaded state with the client's
+standard streams, working folder and environment; it relays signals to the process group and
+exits as the process exits. Where it cannot, the client becomes the ordinary process (``exec``).
+``WORKBOOK_KERNEL_ZYGOTE=0`` turns it off. Nothing of the workbook is preloaded: ``import
+helpers`` still chooses the simulator or the GPU in each process, before ``numba.cuda``.
 """
 
 from __future__ import annotations
@@ -39,16 +39,25 @@ RELAYED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 #: The modules a zygote runs (``python -m <module> ...``): a notebook kernel, and the measuring
 #: process of :mod:`helpers.device.worker` (the explorers' tests start some thirty).
 MODULES = ("ipykernel_launcher", "helpers.device.worker")
+#: The scripts a zygote runs (``python <script> ...``), under the workbook's folder: one gloo rank
+#: of lab 9's check on real processes (:mod:`helpers.checks.lab9.real` starts two or three).
+SCRIPTS = ("helpers/checks/lab9/rank.py",)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script(cmd: list[str]) -> bool:
+    return len(cmd) >= 2 and os.path.realpath(cmd[1]) in {
+        os.path.realpath(os.path.join(_ROOT, s)) for s in SCRIPTS}
 
 
 def _served(cmd: list[str]) -> bool:
-    return len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in MODULES
+    return (len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in MODULES) or _script(cmd)
 
 
 def command(cmd: list[str]) -> list[str]:
-    """A command of :data:`MODULES` (``[python, "-m", "ipykernel_launcher", ...]``) rewritten to
-    start through the zygote; any other command, or with ``WORKBOOK_KERNEL_ZYGOTE=0``,
-    unchanged."""
+    """A command of :data:`MODULES` (``[python, "-m", "ipykernel_launcher", ...]``) or
+    :data:`SCRIPTS` (``[python, ".../rank.py", ...]``) rewritten to start through the zygote; any
+    other command, or with ``WORKBOOK_KERNEL_ZYGOTE=0``, unchanged."""
     if (os.environ.get("WORKBOOK_KERNEL_ZYGOTE") == "0" or not _served(cmd)
             or not hasattr(os, "fork") or not hasattr(socket, "send_fds")):
         return cmd
@@ -243,7 +252,7 @@ def _fork_kernel(conn, key: str, refusal: str, held: list, kernels: dict) -> int
             "another environment" if _key(argv[0], env) != key else
             "another interpreter" if os.path.realpath(argv[0]) != os.path.realpath(
                 sys.executable) else
-            f"not a command of {MODULES}" if not _served(argv) else "")
+            f"not a command of {MODULES} or {SCRIPTS}" if not _served(argv) else "")
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         why = f"a broken request ({exc})"
     if why or len(fds) != 3:
@@ -270,7 +279,8 @@ def _fork_kernel(conn, key: str, refusal: str, held: list, kernels: dict) -> int
 
 
 def _become_kernel(argv: list[str], cwd: str, env: dict, fds: list[int]) -> None:
-    """In the forked child: become ``python -m <module> ...`` started in ``cwd``."""
+    """In the forked child: become ``python -m <module> ...`` or ``python <script> ...``
+    started in ``cwd``."""
     import atexit
     import runpy
     import threading
@@ -285,11 +295,16 @@ def _become_kernel(argv: list[str], cwd: str, env: dict, fds: list[int]) -> None
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    sys.path.insert(0, os.getcwd())  # as `python -m` puts it
-    sys.argv = argv[2:]
+    script = argv[1] != "-m"
+    # as `python <script>` and `python -m` put it
+    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[1])) if script else os.getcwd())
+    sys.argv = argv[1:] if script else argv[2:]
     code = 0
     try:
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(argv[1], run_name="__main__")
+        else:
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001  (reported as an uncaught error would be)

@@ -27,7 +27,7 @@ import textwrap
 import time
 import types
 
-__all__ = ["HEADER", "RealOutcome", "learner_module", "run_on_gloo"]
+__all__ = ["HEADER", "RealOutcome", "command", "learner_module", "run_on_gloo"]
 
 #: The first line of the module the learner's function is copied into.
 HEADER = "import math, torch, torch.distributed as dist"
@@ -90,6 +90,12 @@ def learner_module(fn) -> str:
     parts = ["\n".join(dict.fromkeys(lines))]
     parts += [textwrap.dedent(inspect.getsource(f)) for f in [*helpers.values(), fn]]
     return "\n\n\n".join(parts) + "\n"
+
+
+def command(args: list[str]) -> list[str]:
+    """The command line of one rank: this interpreter running :mod:`helpers.checks.lab9.rank`
+    (a script) with ``args`` (``MODULE FUNCTION RANK GROUPS SIZES SEED OUT``, all strings)."""
+    return [sys.executable, str(_WORKER), *args]
 
 
 def _free_port() -> int:
@@ -210,8 +216,8 @@ def _run_once(fn, worlds, sizes, seed, rtol, timeout_s, startup_s) -> RealOutcom
         for rank in range(max(worlds)):
             outs.append(folder / f"rank{rank}.json")
             logs.append(folder / f"rank{rank}.log")
-            cmd = [sys.executable, str(_WORKER), str(module_path), fn.__name__, str(rank),
-                   groups, ",".join(map(str, sizes)), str(seed), str(outs[-1])]
+            cmd = command([str(module_path), fn.__name__, str(rank), groups,
+                           ",".join(map(str, sizes)), str(seed), str(outs[-1])])
             with open(logs[-1], "w") as fh:
                 procs.append(subprocess.Popen(
                     cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
