@@ -6,7 +6,7 @@ and ipykernel before a notebook's first cell runs, a measuring process (``python
 helpers.device.worker``) or a gloo rank of lab 9's check about as long, and ``make test`` starts
 some ninety of them. Under pytest (the root and tests' ``conftest.py``) such a command becomes
 ``python kernel_zygote.py launch <the command>``: a small client that asks a *zygote* (one per
-interpreter and environment, started by the second process of that environment, gone after
+interpreter and environment, started by the first process of that environment, gone after
 :data:`IDLE_S` without work) to fork the process from its preloaded state with the client's
 standard streams, working folder and environment; it relays signals to the process group and
 exits as the process exits. Where it cannot, the client becomes the ordinary process (``exec``).
@@ -31,9 +31,15 @@ PRELOAD = ("numpy", "torch", "numba", "plotly.graph_objects", "ipywidgets", "psu
            "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell")
 #: Variables that differ from one kernel to the next and that nothing preloaded reads (names
 #: that start so, and the shell's ``_``).
-PER_KERNEL = ("JPY_", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "WORKBOOK_KERNEL_ZYGOTE")
+#: torch sets ``TORCHINDUCTOR_CACHE_DIR`` in a process once anything reaches its compiler's cache
+#: (a test worker, after some test); read when a kernel compiles, never on import.
+PER_KERNEL = ("JPY_", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "WORKBOOK_KERNEL_ZYGOTE",
+              "TORCHINDUCTOR_CACHE_DIR")
 #: Seconds a zygote without a running kernel waits for the next request before it ends.
 IDLE_S = 300.0
+#: Seconds the first process of an environment waits for the zygote it started (its imports take
+#: about as long as the process's own would) before it starts on its own.
+START_S = 90.0
 #: Signals the client passes on to the kernel's process group.
 RELAYED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 #: The modules a zygote runs (``python -m <module> ...``): a notebook kernel, and the measuring
@@ -100,13 +106,10 @@ def _launch(cmd: list[str]) -> None:
 def _request(cmd: list[str]) -> tuple[socket.socket, int]:
     """Ask the zygote for a kernel: the connection and the kernel's pid, or an error."""
     sock_path, lock_path = _paths(_key(cmd[0], dict(os.environ)))
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        conn.connect(sock_path)
-    except OSError:
-        conn.close()
-        _start_zygote(cmd[0], sock_path, lock_path)
-        raise
+    conn = _connect(sock_path)
+    if conn is None:  # none serves this environment yet: start one, or wait for the one starting
+        conn = _connect_when_started(_start_zygote(cmd[0], sock_path, lock_path), sock_path,
+                                     lock_path)
     request = json.dumps({"argv": cmd, "cwd": os.getcwd(), "env": dict(os.environ)})
     socket.send_fds(conn, [request.encode()], [0, 1, 2])
     reply = json.loads(conn.recv(1 << 16) or b'{"declined": "the zygote ended"}')
@@ -137,25 +140,70 @@ def _follow(conn: socket.socket, group: int) -> None:
     os._exit(code & 0xFF)
 
 
-def _start_zygote(python: str, sock_path: str, lock_path: str) -> None:
-    """Start a zygote in the background for the second kernel of an environment (a test that
-    starts one kernel in an environment of its own would not use it), unless one is already
-    starting (it holds the lock)."""
-    import fcntl
+def _connect(sock_path: str) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(sock_path)
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _start_zygote(python: str, sock_path: str, lock_path: str):
+    """Start a zygote in the background (its ``Popen``), unless one is starting or serving
+    already (it holds the lock: None)."""
     import subprocess
 
-    if not os.path.exists(lock_path):
-        open(lock_path, "a").close()
-        return
+    if _held(lock_path):
+        return None
+    return subprocess.Popen([python, os.path.abspath(__file__), "serve", sock_path, lock_path],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True)
+
+
+def _connect_when_started(started, sock_path: str, lock_path: str) -> socket.socket:
+    """A connection to the zygote of ``sock_path`` once it listens, within :data:`START_S`.
+
+    ``started`` is the zygote this client started, or None; one that ends at once lost the lock
+    to another starting at the same moment, which is then waited for in the same way.
+
+    Raises:
+        RuntimeError: no zygote held the lock for :data:`_GONE_S` (the one starting ended
+            first), or none listened in time.
+    """
+    end, free_since = time.monotonic() + START_S, None
+    while time.monotonic() < end:
+        conn = _connect(sock_path)
+        if conn is not None:
+            return conn
+        if started is None or started.poll() is not None:
+            now = time.monotonic()
+            if _held(lock_path):
+                free_since = None
+            elif free_since is None:
+                free_since = now
+            elif now - free_since > _GONE_S:
+                raise RuntimeError("the zygote ended before it listened")
+        time.sleep(0.05)
+    raise RuntimeError(f"the zygote did not listen within {START_S:g} s")
+
+
+#: Seconds the lock may stay free before a waiting client takes the zygote for gone (one just
+#: started takes the lock first thing, before its imports).
+_GONE_S = 5.0
+
+
+def _held(lock_path: str) -> bool:
+    import fcntl
+
     with open(lock_path, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return
+            return True
         fcntl.flock(lock, fcntl.LOCK_UN)
-    subprocess.Popen([python, os.path.abspath(__file__), "serve", sock_path, lock_path],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, cwd="/", start_new_session=True)
+        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -168,9 +216,13 @@ def _serve(sock_path: str, lock_path: str) -> None:
     import selectors
 
     lock = open(lock_path, "a")  # noqa: SIM115  (held for the zygote's whole life)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    for _ in range(20):  # a client looking whether the lock is held holds it a moment
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
         return  # another zygote for this key is starting or serving
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")  # who serves this key (to stop it: kill that pid)
