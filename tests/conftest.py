@@ -8,6 +8,7 @@ module.
 from __future__ import annotations
 
 import os
+import sys
 
 # Under pytest-xdist, each worker (with the notebook kernels and processes it starts) gets its
 # share of the cores for torch's OpenMP thread pool. Two workers that each size their pool to
@@ -22,7 +23,6 @@ import helpers  # noqa: F401  (decides simulator vs GPU before numba.cuda is imp
 import numpy as np
 import pytest
 
-from helpers.checks.lab9 import real as _lab9_real
 from helpers.device import backend
 from helpers.device import worker as _worker
 from tools import kernel_zygote
@@ -42,7 +42,8 @@ if settings is not None:
 # The measuring processes the tests start (some thirty) and lab 9's gloo ranks (some twenty) are
 # forked from a process that has already imported torch and Numba, as the notebooks' kernels are
 # (the root conftest.py); a learner's explorer or check, and the tests that start one from a
-# script or a notebook, start ordinary processes.
+# script or a notebook, start ordinary processes. Lab 9's checker imports torch: its command is
+# wrapped once the tests are collected, if a test module imported it.
 def _through_zygote(module) -> None:
     if getattr(module.command, "zygote", False):
         return
@@ -56,7 +57,12 @@ def _through_zygote(module) -> None:
 
 
 _through_zygote(_worker)
-_through_zygote(_lab9_real)
+
+
+def pytest_collection_finish(session):
+    lab9_real = sys.modules.get("helpers.checks.lab9.real")
+    if lab9_real is not None:
+        _through_zygote(lab9_real)
 
 #: Tests of the no-GPU behaviour (simulator mode) are skipped on a machine with a real GPU.
 simulator_only = pytest.mark.skipif(backend.MODE != "simulator",
