@@ -94,6 +94,17 @@ def test_a_client_stops_waiting_for_a_zygote_that_ended_or_never_listens(tmp_pat
         assert kernel_zygote._start_zygote(sys.executable, sock, lock) is None
 
 
+def _restore_and_stop(before: dict, key: str) -> None:
+    """Give the process back the environment ``before`` and stop the zygote of ``key``."""
+    os.environ.clear()
+    os.environ.update(before)
+    try:
+        with open(kernel_zygote._paths(key)[1]) as lock:
+            os.kill(int(lock.read().split()[0]), signal.SIGTERM)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
 @pytest.fixture(scope="module")
 def private_zygote():
     """An environment of this module's own (a mark no other kernel has), so that its kernels
@@ -105,13 +116,7 @@ def private_zygote():
     try:
         yield mark
     finally:
-        os.environ.clear()
-        os.environ.update(before)
-        try:
-            with open(kernel_zygote._paths(key)[1]) as lock:
-                os.kill(int(lock.read().split()[0]), signal.SIGTERM)
-        except (OSError, ValueError, IndexError):
-            pass
+        _restore_and_stop(before, key)
 
 
 def _start(cwd):
@@ -248,13 +253,7 @@ def test_lab9_ranks_are_forked_judge_and_die_when_the_check_stops_them(tmp_path)
             time.sleep(0.1)
         assert not any(_alive(p) for p in ran), "a forked rank outlived the check's stop"
     finally:
-        os.environ.clear()
-        os.environ.update(before)
-        try:
-            with open(kernel_zygote._paths(key)[1]) as lock:
-                os.kill(int(lock.read().split()[0]), signal.SIGTERM)
-        except (OSError, ValueError, IndexError):
-            pass
+        _restore_and_stop(before, key)
 
 
 def _alive(pid: int) -> bool:
