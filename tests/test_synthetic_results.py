@@ -292,6 +292,17 @@ def test_a_cut_without_a_gpu_leaves_out_what_only_the_gpu_branches_read():
     assert notebook_slice.names(cells[3], gpu=False) == (set(), {"info", "note"})
 
 
+#: Measuring cells that the cuts need (for names a listed cell reads) run smaller here than in
+#: their notebooks, which nbval runs as written: what a listed cell shows of the recorded GPU
+#: does not depend on how much this CPU measured. (text, its replacement), each found exactly
+#: once in the notebook's cut, or the notebook's test fails saying so.
+SMALLER: dict[str, list[tuple[str, str]]] = {
+    "04_unrolling_im2col_gemm": [("min_run_time=0.05)", "min_run_time=0.005)")],
+    "06_head_to_head": [('sweep.run_preset("lesson",', 'sweep.run_preset("smoke",')],
+    "09_training_throughput": [("BATCHES = [1, 8, 32, 128]", "BATCHES = [1, 8]")],
+}
+
+
 class _Cut:
     """One notebook's part of the combined run: the listed cells' indices in the notebook
     (``targets``) and those not found (``problems``: then it is not run); the notebook cut to
@@ -304,8 +315,30 @@ class _Cut:
         # the test is skipped on a GPU: what only a notebook's GPU branches read is not needed
         self.cut, self.kept = (notebook_slice.cut(nb, self.targets, gpu=False)
                                if not self.problems else (None, []))
+        for text, smaller in SMALLER.get(name, ()) if self.cut is not None else ():
+            holding = [cell for cell in self.cut.cells if text in cell.source]
+            if len(holding) != 1 or holding[0].source.count(text) != 1:
+                self.problems.append(f"SMALLER: {text!r} is not in exactly one place of the "
+                                     f"cut ({len(holding)} cells hold it)")
+            else:
+                holding[0].source = holding[0].source.replace(text, smaller)
         self.shown: list = []
         self.error = ""
+
+
+def test_a_smaller_measurement_applies_once_or_fails_its_notebook(monkeypatch):
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "06_head_to_head.ipynb", as_version=4)
+    (old, new), = SMALLER["06_head_to_head"]
+    applied = _Cut("06_head_to_head", nb)
+    assert not applied.problems
+    assert [c.source.count(new) for c in applied.cut.cells if old in c.source or new in c.source
+            ] == [1]
+    assert all(old not in c.source for c in applied.cut.cells)
+    monkeypatch.setitem(SMALLER, "06_head_to_head", [("a text no cell holds", "x")])
+    assert _Cut("06_head_to_head", nb).problems == [
+        "SMALLER: 'a text no cell holds' is not in exactly one place of the cut (0 cells hold it)"]
 
 
 def _combine(cuts: list[_Cut], folder: pathlib.Path):
