@@ -93,6 +93,28 @@ def test_slow_call_is_still_measured_twice(stream):
     assert t.min_s == pytest.approx(0.012) and t.max_s == pytest.approx(0.012)
 
 
+def test_a_call_that_fills_min_run_time_is_a_block_of_its_own(stream):
+    # blocked_autorange would spend an untimed call choosing blocks of one call: no call is lost
+    calls = []
+
+    def slow():
+        calls.append(1)
+        stream.work(0.03)
+
+    t = timing.benchmark(slow, min_run_time=0.02, warmup=0)
+    assert len(calls) == t.repeats == 2 and t.calls_per_repeat == 1
+    assert t.median_s == pytest.approx(0.03)
+    # a shorter call than 10 ms is one more warm-up: the blocks are blocked_autorange's
+    calls.clear()
+    t = timing.benchmark(lambda: (calls.append(1), stream.work(0.004)), min_run_time=0.02,
+                         warmup=0)
+    assert t.median_s == pytest.approx(0.004) and t.calls_per_repeat == 1
+    assert len(calls) == 2 + t.repeats   # the first call, blocked_autorange's own, the blocks
+    calls.clear()
+    t = timing.benchmark(slow, min_run_time=0.05, warmup=0)   # 0.03 s: under min_run_time
+    assert len(calls) == 2 + t.repeats and t.repeats == 2
+
+
 def test_args_kwargs_and_warmup_calls():
     calls = []
 

@@ -131,9 +131,11 @@ def benchmark(
             (``torch.cuda.synchronize``) and, under the simulator, marks the result not meaningful.
         label: name of what is timed (default: ``fn.__name__``).
         warmup: untimed calls first (JIT compilation, cuDNN/cuBLAS autotuning, caches). >= 0.
-        min_run_time: seconds of timed calls to collect at least (``blocked_autorange`` on the
-            CPU; on ``"cuda"`` blocks of about a tenth of it, :func:`_synced_blocks`); a call
-            slower than this is still measured at least twice. > 0.
+        min_run_time: seconds of timed calls to collect at least (on the CPU, one call first,
+            a block of its own where it lasts min_run_time and 10 ms, else
+            ``blocked_autorange``; on ``"cuda"`` blocks of about a tenth of it,
+            :func:`_synced_blocks`); a call slower than this is still measured at least twice.
+            > 0.
         sync: overrides how the device is synchronised (for tests and other devices).
         min_repeats: timed blocks to collect at least (>= 1): more blocks are timed after
             ``min_run_time`` until there are this many, unless ``deadline`` stops them.
@@ -184,23 +186,40 @@ def benchmark(
             cancel.check()
             times += _synced_blocks(call, sync, 0.0, warmed=True, number=number)[0][-1:]
     else:
-        # Timer runs torch on one thread unless told; measure with the threads torch would use
-        # outside the timer (the profiler and Numba's parallel loops use every core too).
-        timer = _torch_benchmark().Timer(stmt="call()", globals={"call": call},
-                                         timer=synced_clock, num_threads=_torch_threads())
-        m = timer.blocked_autorange(callback=lambda *_: cancel.check(),
-                                    min_run_time=min_run_time)
-        times, number = list(m.times), m.number_per_run
+        def block(number: int) -> float:
+            """Seconds per call of ``number`` calls in a row. (torch's ``Timer.timeit`` first
+            makes two more calls, untimed: three calls where a slow point's block has one.)"""
+            start = synced_clock()
+            for _ in range(number):
+                call()
+            return (synced_clock() - start) / number
+
+        # One call first: one that lasts min_run_time (and _ONE_CALL_S) is a block of its own,
+        # blocks of one call being what blocked_autorange would choose after an untimed call
+        # of its own. A shorter call was one more warm-up. Timer runs torch on one thread
+        # unless told: measure with the threads torch would use outside the timer (the
+        # profiler and Numba's parallel loops use every core too).
+        times, number = [block(1)], 1
+        if times[0] < max(min_run_time, _ONE_CALL_S):
+            cancel.check()
+            timer = _torch_benchmark().Timer(stmt="call()", globals={"call": call},
+                                             timer=synced_clock, num_threads=_torch_threads())
+            m = timer.blocked_autorange(callback=lambda *_: cancel.check(),
+                                        min_run_time=min_run_time)
+            times, number = list(m.times), m.number_per_run
         # a call slower than min_run_time gives one block: time more, for a median and quartiles
         while len(times) < min_repeats and room_for_another(times, number):
             cancel.check()
-            times += timer.timeit(number=number).times
+            times.append(block(number))
     return _summarise(label or getattr(fn, "__name__", "call"), dev, times, number,
                       meaningful=(device == "cpu" or backend.timings_meaningful()))
 
 
 #: A GPU measurement is split into about this many blocks of calls (min_run_time / blocks each).
 _GPU_BLOCKS = 10
+#: Seconds of a CPU call from which it is timed in blocks of one call at once (the clock's own
+#: cost, about a microsecond, is then under 0.01 % of a block, blocked_autorange's bound).
+_ONE_CALL_S = 0.01
 
 
 def _synced_blocks(call: Callable[[], None], sync: Callable[[], None], min_run_time: float,
