@@ -1,10 +1,11 @@
 """One way to time anything in the workbook: warm up, repeat, synchronise, report the median.
 
 :func:`benchmark` runs the call in blocks until a minimum total time has passed and reports
-per-call times (on the CPU through ``torch.utils.benchmark.Timer.blocked_autorange``, with the
-threads torch uses outside it). On a GPU, work is asynchronous (a kernel launch returns before the
-kernel finishes), so every timestamp is taken after ``torch.cuda.synchronize()``, which waits for
-all work on the device, Numba's kernels included. Under the Numba CUDA simulator the numbers are
+per-call times (on the CPU, a call that fills the minimum is a block of its own, else the blocks
+are ``torch.utils.benchmark.Timer.blocked_autorange``'s, with the threads torch uses outside
+it). On a GPU, work is asynchronous (a kernel launch returns before the kernel finishes), so
+every timestamp is taken after ``torch.cuda.synchronize()``, which waits for all work on the
+device, Numba's kernels included. Under the Numba CUDA simulator the numbers are
 returned but flagged as meaningless. Between timed blocks it calls
 :func:`helpers.device.cancel.check`, so a measuring process can stop it cooperatively.
 """
