@@ -93,7 +93,7 @@ def test_slow_call_is_still_measured_twice(stream):
     assert t.min_s == pytest.approx(0.012) and t.max_s == pytest.approx(0.012)
 
 
-def test_a_call_that_fills_min_run_time_is_a_block_of_its_own(stream):
+def test_a_call_of_10_ms_or_more_is_a_block_of_its_own(stream):
     # blocked_autorange would spend an untimed call choosing blocks of one call: no call is lost
     calls = []
 
@@ -110,9 +110,9 @@ def test_a_call_that_fills_min_run_time_is_a_block_of_its_own(stream):
                          warmup=0)
     assert t.median_s == pytest.approx(0.004) and t.calls_per_repeat == 1
     assert len(calls) == 2 + t.repeats   # the first call, blocked_autorange's own, the blocks
-    calls.clear()
-    t = timing.benchmark(slow, min_run_time=0.05, warmup=0)   # 0.03 s: under min_run_time
-    assert len(calls) == 2 + t.repeats and t.repeats == 2
+    calls.clear()   # blocks of one call until min_run_time: no call spent choosing them
+    t = timing.benchmark(slow, min_run_time=0.1, warmup=0)
+    assert len(calls) == t.repeats == 4 and t.calls_per_repeat == 1
 
 
 def test_args_kwargs_and_warmup_calls():

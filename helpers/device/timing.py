@@ -1,8 +1,8 @@
 """One way to time anything in the workbook: warm up, repeat, synchronise, report the median.
 
 :func:`benchmark` runs the call in blocks until a minimum total time has passed and reports
-per-call times (on the CPU, a call that fills the minimum is a block of its own, else the blocks
-are ``torch.utils.benchmark.Timer.blocked_autorange``'s, with the threads torch uses outside
+per-call times (on the CPU, a call of 10 ms or more is a block of its own, else the blocks are
+``torch.utils.benchmark.Timer.blocked_autorange``'s, with the threads torch uses outside
 it). On a GPU, work is asynchronous (a kernel launch returns before the kernel finishes), so
 every timestamp is taken after ``torch.cuda.synchronize()``, which waits for all work on the
 device, Numba's kernels included. Under the Numba CUDA simulator the numbers are
@@ -133,7 +133,7 @@ def benchmark(
         label: name of what is timed (default: ``fn.__name__``).
         warmup: untimed calls first (JIT compilation, cuDNN/cuBLAS autotuning, caches). >= 0.
         min_run_time: seconds of timed calls to collect at least (on the CPU, one call first,
-            a block of its own where it lasts min_run_time and 10 ms, else
+            a block of its own where it lasts 10 ms or more, else the blocks of
             ``blocked_autorange``; on ``"cuda"`` blocks of about a tenth of it,
             :func:`_synced_blocks`); a call slower than this is still measured at least twice.
             > 0.
@@ -195,21 +195,23 @@ def benchmark(
                 call()
             return (synced_clock() - start) / number
 
-        # One call first: one that lasts min_run_time (and _ONE_CALL_S) is a block of its own,
-        # blocks of one call being what blocked_autorange would choose after an untimed call
-        # of its own. A shorter call was one more warm-up. Timer runs torch on one thread
-        # unless told: measure with the threads torch would use outside the timer (the
-        # profiler and Numba's parallel loops use every core too).
+        # One call first. One of _ONE_CALL_S or more is a block of its own: blocks of one call
+        # are what blocked_autorange would choose, after an untimed call of its own to find that
+        # out. A shorter call was one more warm-up, and blocked_autorange chooses the blocks.
+        # Timer runs torch on one thread unless told: measure with the threads torch would use
+        # outside the timer (the profiler and Numba's parallel loops use every core too).
         times, number = [block(1)], 1
-        if times[0] < max(min_run_time, _ONE_CALL_S):
+        if times[0] < _ONE_CALL_S:
             cancel.check()
             timer = _torch_benchmark().Timer(stmt="call()", globals={"call": call},
                                              timer=synced_clock, num_threads=_torch_threads())
             m = timer.blocked_autorange(callback=lambda *_: cancel.check(),
                                         min_run_time=min_run_time)
             times, number = list(m.times), m.number_per_run
-        # a call slower than min_run_time gives one block: time more, for a median and quartiles
-        while len(times) < min_repeats and room_for_another(times, number):
+        # until min_run_time is timed; a call slower than it gives one block: time more, for a
+        # median and quartiles
+        while ((sum(times) * number < min_run_time or len(times) < min_repeats)
+               and room_for_another(times, number)):
             cancel.check()
             times.append(block(number))
     return _summarise(label or getattr(fn, "__name__", "call"), dev, times, number,

@@ -1,7 +1,7 @@
 """What a throughput point will cost before it is run, and running it within its budgets.
 
 A point's cost: drawing its random operands, one warm-up call, then
-:func:`helpers.device.timing.benchmark` (five calls for a slow call; for a fast one
+:func:`helpers.device.timing.benchmark` (two calls for a slow call; for a fast one
 ``min_run_time`` plus up to :data:`TIMER_OVERHEAD_S` to choose how many calls to time). The
 time of one call comes, for each backend's first size, from a small calibration call of the
 same operation in the same dtype on the same device (:func:`calibrate`: GEMM m x m with m
@@ -30,9 +30,9 @@ __all__ = ["CALLS_TIMED", "SAFETY_FIRST", "SAFETY_NEXT", "TIMER_OVERHEAD_S", "Ba
            "setup_seconds",
            "wait_for_idle_cores", "warm_up"]
 
-#: Calls :func:`benchmark` makes after the warm-up call when one call takes longer than
-#: ``min_run_time`` (it chooses a block size, measures, then measures once more).
-CALLS_TIMED = 5
+#: Calls :func:`benchmark` makes after the warm-up call when one call takes 10 ms or more and
+#: at least half of ``min_run_time`` (blocks of one call, at least two).
+CALLS_TIMED = 2
 #: Seconds :func:`benchmark` may spend on fast calls beyond ``min_run_time`` (it grows its
 #: block of calls tenfold until the clock's overhead is negligible).
 TIMER_OVERHEAD_S = 0.15
@@ -73,7 +73,8 @@ def setup_seconds(values: int) -> float:
 def benchmark_seconds(per_call_s: float, min_run_time: float) -> float:
     """Estimated seconds of :func:`benchmark` after the warm-up call: :data:`CALLS_TIMED`
     calls of a slow call, or ``min_run_time`` plus :data:`TIMER_OVERHEAD_S` for fast ones
-    (measured on a 2-core CPU: 5.0 times the call from 20 ms up, at most 0.14 s below)."""
+    (measured on a 2-core CPU with float32 GEMMs, ``min_run_time`` 0.05 s: 1.7 to 2.0 times
+    the call from 40 ms up, at most 0.03 s beyond ``min_run_time`` below)."""
     return max(CALLS_TIMED * per_call_s, min_run_time + TIMER_OVERHEAD_S)
 
 
