@@ -3,8 +3,9 @@ by another process (a notebook, a test worker, the next run).
 
 :func:`get` and :func:`put` read and write one answer of :mod:`helpers.compiler_worker` (a JSON
 dict) under a key made from the job's description and :func:`fingerprint`: the Python version, the
-bytes of every module of :mod:`helpers` and the versions of the compiler's packages and numpy, so
-any change to the code, the compiler or numpy misses the cache. The folder is
+versions of the compiler's packages and numpy, and the bytes of the modules of :mod:`helpers` the
+answer can depend on (for a kernel of the workbook, those :func:`scope` names; for one from a
+notebook or lab, all of them), so a change to those, the compiler or numpy misses. The folder is
 ``$WORKBOOK_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/gpu-cnn-workbook/compiled`` (``~/.cache/...``);
 ``WORKBOOK_COMPILE_CACHE=off`` turns it off. Entries are written whole (a temporary file, then
 renamed), so concurrent processes never read half an entry; an unreadable entry is a miss. A
@@ -15,6 +16,7 @@ compiling it too; :func:`lock` does the same for a Numba CPU function's first co
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -29,8 +31,8 @@ try:
 except ImportError:   # Windows: no claims; each process compiles what it does not find
     fcntl = None
 
-__all__ = ["ENV", "MAX_ENTRIES", "WAIT_S", "folder", "fingerprint", "key", "get", "put", "claim",
-           "wait", "lock"]
+__all__ = ["ENV", "MAX_ENTRIES", "WAIT_S", "ALWAYS", "ROOT", "folder", "scope", "fingerprint", "key",
+           "get", "put", "claim", "wait", "lock"]
 
 #: The environment variable that moves the cache (a folder) or turns it off (``off``).
 ENV = "WORKBOOK_COMPILE_CACHE"
@@ -58,19 +60,100 @@ def folder() -> pathlib.Path | None:
     return pathlib.Path(base) / "gpu-cnn-workbook" / "compiled"
 
 
-@functools.lru_cache(maxsize=1)
-def fingerprint() -> str:
-    """A hash of the Python version (Numba compiles its bytecode), every ``.py`` file of
-    :mod:`helpers` and the versions of the compiler's packages and numpy: what a cached answer
-    was computed with."""
+#: The parts of :mod:`helpers` every kernel's answer depends on: the package's ``__init__``, the
+#: device layer (the simulator or the GPU, and what it changes in Numba) and the compiler's side
+#: (it rebuilds the kernel, lowers, compiles and reads the result).
+ALWAYS = ("helpers", "helpers.device", "helpers.compile_cache", "helpers.compiled",
+          "helpers.compiler_front_end", "helpers.compiler_process", "helpers.compiler_worker",
+          "helpers.deferred_import", "helpers.nvvm_ir")
+
+#: The folder of :mod:`helpers`, which :func:`scope`'s paths are relative to.
+ROOT = pathlib.Path(__file__).resolve().parent
+
+
+def _file(module: str) -> pathlib.Path | None:
+    """The file of a module of :mod:`helpers` (a package's ``__init__.py``), or None."""
+    parts = module.split(".")[1:]
+    for path in (ROOT.joinpath(*parts, "__init__.py"), ROOT.joinpath(*parts).with_suffix(".py")
+                 if parts else None):
+        if path is not None and path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _imports(module: str) -> frozenset[str]:
+    """The modules of :mod:`helpers` that ``module``'s import statements name (anywhere in it,
+    relative ones resolved; ``from a import b`` counts ``a.b`` where that is a module)."""
+    path = _file(module)
+    if path is None:
+        return frozenset()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return frozenset(m for m in found if m.split(".")[0] == "helpers" and _file(m) is not None)
+
+
+@functools.cache
+def scope(module: str) -> tuple[str, ...]:
+    """The files of :mod:`helpers` (paths relative to it) that the compiler's answer for a kernel
+    defined in ``module`` can depend on: every module of its part of the package (all of
+    ``helpers.conv`` for ``helpers.conv.direct.forward``; the module alone for a top-level one),
+    :data:`ALWAYS`, and whatever these import of :mod:`helpers`, followed to the end, parent
+    packages included. An edit anywhere else (an experiment, a figure, a lab's checker) keeps
+    the answer.
+
+    Raises:
+        ValueError: ``module`` is not a module of :mod:`helpers`.
+    """
+    if module.split(".")[0] != "helpers" or _file(module) is None:
+        raise ValueError(f"module must be a module of helpers, got {module!r}")
+    part = ".".join(module.split(".")[:2])
+    todo = [*ALWAYS, part]
+    for whole in ("helpers.device", part):
+        if _file(whole).name == "__init__.py":   # a package below helpers: all of it
+            todo += [".".join(("helpers", *p.relative_to(ROOT).with_suffix("").parts))
+                     .removesuffix(".__init__") for p in _file(whole).parent.rglob("*.py")]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or _file(name) is None:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
+        todo += _imports(name)
+    return tuple(sorted(str(_file(m).relative_to(ROOT)) for m in seen))
+
+
+@functools.cache
+def fingerprint(module: str | None = None) -> str:
+    """A hash of the Python version (Numba compiles its bytecode), the versions of the compiler's
+    packages and numpy, and the ``.py`` files of :mod:`helpers` an answer was computed with:
+    for a kernel defined in ``module`` those of :func:`scope`, else (None, or not a module of
+    :mod:`helpers`: a notebook's or a lab's kernel) every one."""
     import sys
     from importlib import metadata
 
     h = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]}".encode())
-    root = pathlib.Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
+    try:
+        files = scope(module) if module is not None else None
+    except ValueError:
+        files = None
+    if files is None:
+        files = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py"))
+    for name in files:
+        h.update(name.encode())
+        h.update(_source(name))
     for name in _PACKAGES:
         try:
             h.update(f"{name}={metadata.version(name)}".encode())
@@ -79,10 +162,29 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
+def _source(name: str) -> bytes:
+    """The bytes of the file ``name`` of :mod:`helpers` (a path relative to it)."""
+    return (ROOT / name).read_bytes()
+
+
+def _module_of(job: dict) -> str | None:
+    """The module that defines a job's kernel, for a kernel of the workbook (a compile job, or a
+    front end, whose first item is the JSON of the kernel's description and argument types)."""
+    kernel = job.get("kernel")
+    if kernel is None and isinstance(job.get("front_end"), list) and job["front_end"]:
+        try:
+            kernel = json.loads(job["front_end"][0])[0]
+        except (TypeError, ValueError, IndexError, KeyError):
+            return None
+    module = kernel.get("module") if isinstance(kernel, dict) else None
+    return module if isinstance(module, str) else None
+
+
 def key(job: dict) -> str:
-    """The cache key of one job's JSON description (kernel, argument types, target, SASS)."""
+    """The cache key of one job's JSON description (kernel, argument types, target, SASS), with
+    the :func:`fingerprint` of what its answer depends on."""
     text = json.dumps(job, sort_keys=True)
-    return hashlib.sha256((fingerprint() + text).encode()).hexdigest()
+    return hashlib.sha256((fingerprint(_module_of(job)) + text).encode()).hexdigest()
 
 
 def get(job: dict) -> dict | None:

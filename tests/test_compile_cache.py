@@ -33,8 +33,66 @@ def test_the_key_changes_with_the_job_and_the_fingerprint(cache, monkeypatch):
     other = dict(JOB, target="sm_75")
     assert compile_cache.key(JOB) != compile_cache.key(other)
     compile_cache.put(JOB, {"ok": 1})
-    monkeypatch.setattr(compile_cache, "fingerprint", lambda: "another helpers or compiler")
+    monkeypatch.setattr(compile_cache, "fingerprint",
+                        lambda module=None: "another helpers or compiler")
     assert compile_cache.get(JOB) is None                          # changed code: a miss
+
+
+#: A kernel defined in a notebook or a lab: its source and globals travel in the job.
+CELL_JOB = {"kernel": {"name": "k", "source": "def k(a):\n    a[0] = 1\n", "first_line": 1,
+                       "filename": "<cell>", "globals": {}},
+            "argtypes": ["float32[::1]"], "target": "sm_90", "sass": False}
+#: JOB's front end, as :mod:`helpers.compiler_front_end` keeps it.
+FRONT_END = {"front_end": [json.dumps([JOB["kernel"], JOB["argtypes"]], sort_keys=True), True,
+                           True, True]}
+
+#: Files of helpers, and whether an edit to each keeps the answers of JOB (a GEMM kernel of
+#: helpers.conv): kept for an experiment, a figure, a lab's checker; missed for its own module,
+#: another module of helpers.conv (the GEMM's shared launch code, which the kernel's module does
+#: not import), the device layer, the compiler and the package's __init__.
+EDITS = {"experiments/sweep/presets.py": True, "figures/nb06_head_to_head.py": True,
+         "checks/lab1.py": True, "conv/gemm/rung2_naive.py": False, "conv/gemm/launch.py": False,
+         "device/backend.py": False, "compiler_worker.py": False, "__init__.py": False}
+
+
+def test_an_edit_misses_only_the_answers_that_can_depend_on_it(monkeypatch):
+    """A workbook kernel's answer (and its front end's) is kept across an edit to a part of
+    helpers it cannot depend on, so a contributor who changes an experiment, a figure or a
+    checker compiles nothing again; any edit misses a notebook's kernel, whose globals may come
+    from anywhere. Hashing only the kernel's own module would keep JOB's answer across an edit
+    to helpers.conv's launch code; hashing all of helpers would miss it after a figure's."""
+    real = compile_cache._source
+
+    def key_after(edited, job):
+        compile_cache.fingerprint.cache_clear()
+        monkeypatch.setattr(compile_cache, "_source",
+                            lambda name: real(name) + b"\n#" * (name == edited))
+        try:
+            return compile_cache.key(job)
+        finally:
+            monkeypatch.setattr(compile_cache, "_source", real)
+            compile_cache.fingerprint.cache_clear()
+
+    before = {name: key_after(None, job) for name, job in
+              (("job", JOB), ("front end", FRONT_END), ("cell", CELL_JOB))}
+    for edited, kept in EDITS.items():
+        assert (compile_cache.ROOT / edited).is_file(), edited
+        assert (key_after(edited, JOB) == before["job"]) is kept, edited
+        assert (key_after(edited, FRONT_END) == before["front end"]) is kept, edited
+        assert key_after(edited, CELL_JOB) != before["cell"], edited
+
+
+def test_a_kernels_scope_follows_the_imports_and_refuses_other_modules():
+    conv = compile_cache.scope("helpers.conv.direct.forward")
+    assert {"conv/gemm/launch.py", "device/backend.py", "compiler_worker.py", "occupancy.py",
+            "__init__.py"} <= set(conv)
+    assert not [f for f in conv if f.startswith(("experiments/", "figures/", "checks/",
+                                                  "widgets/", "networks/"))]
+    small = compile_cache.scope("helpers.access_kernels")
+    assert "access_kernels.py" in small and not [f for f in small if f.startswith("conv/")]
+    for bad in ("numpy", "helpers.no_such_module", "tests.test_compile_cache"):
+        with pytest.raises(ValueError, match="module must be a module of helpers"):
+            compile_cache.scope(bad)
 
 
 def test_another_numpy_is_another_fingerprint(monkeypatch):
