@@ -73,10 +73,11 @@ def front_end(key: str, fn, argtypes: tuple, cc: tuple[int, int], launch_bounds,
     for two to four targets, often by several processes (a notebook, the test workers): it runs
     once per kernel and argument types, and its output, the NVVM IR and options, is kept in
     :mod:`helpers.compile_cache` for the others (:class:`KeptFrontEnd`; like every entry, its
-    key holds the fingerprint of helpers and the compiler). Its output does not depend on the
-    target, except where Numba's lowering picks instructions older GPUs lack
-    (float64 atomic add before compute capability 6.0, ``tanh.approx`` before 7.5): every
-    target here is 7.5 or newer, and the key keeps older ones apart should one be added."""
+    key holds the fingerprint of the compiler and of the parts of helpers the kernel can depend
+    on). Its output does not depend on the target, except where Numba's lowering picks
+    instructions older GPUs lack (float64 atomic add before compute capability 6.0,
+    ``tanh.approx`` before 7.5): every target here is 7.5 or newer, and the key keeps older
+    ones apart should one be added."""
     from numba.core.compiler_lock import global_compiler_lock
     from numba.cuda import compiler
 
