@@ -105,7 +105,7 @@ def _imports(module: str) -> frozenset[str]:
 
 @functools.cache
 def scope(module: str) -> tuple[str, ...]:
-    """The files of :mod:`helpers` (paths relative to it) that the compiler's answer for a kernel
+    """The files of :mod:`helpers` (paths relative to it, with ``/``) that the compiler's answer for a kernel
     defined in ``module`` can depend on: every module of its part of the package (all of
     ``helpers.conv`` for ``helpers.conv.direct.forward``; the module alone for a top-level one),
     :data:`ALWAYS`, and whatever these import of :mod:`helpers`, followed to the end, parent
@@ -132,7 +132,7 @@ def scope(module: str) -> tuple[str, ...]:
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
         todo += _imports(name)
-    return tuple(sorted(str(_file(m).relative_to(ROOT)) for m in seen))
+    return tuple(sorted(_file(m).relative_to(ROOT).as_posix() for m in seen))
 
 
 @functools.cache
@@ -150,7 +150,7 @@ def fingerprint(module: str | None = None) -> str:
     except ValueError:
         files = None
     if files is None:
-        files = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py"))
+        files = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py"))
     for name in files:
         h.update(name.encode())
         h.update(_source(name))
