@@ -241,7 +241,9 @@ def scenarios():
     """Every scenario's ``(return code, stdout, stderr)``. The interpreters start together,
     when the first test of this module needs them: only in the test process that runs this
     module (each worker of ``pytest -n`` imports every test module, and six interpreters that
-    import numba and helpers cost seconds of CPU each)."""
+    import numba and helpers cost seconds of CPU each). The tests that read them are marked
+    ``slow``, as the tests that start processes are: about 9 s on two busy cores, which
+    ``make test-fast`` leaves to ``make test``."""
     done = {}
     for name, proc in _start_scenarios().items():
         out, err = proc.communicate(timeout=120)
@@ -261,6 +263,7 @@ def _backend_warnings(report) -> list[str]:
     return [msg for cat, msg in report["warnings"] if cat == "helpers.device.backend.BackendWarning"]
 
 
+@pytest.mark.slow
 def test_fresh_process_makes_the_same_choice_as_this_one(scenarios):
     r = _report(scenarios, "fresh")
     assert r["mode"] == backend.MODE
@@ -271,6 +274,7 @@ def test_fresh_process_makes_the_same_choice_as_this_one(scenarios):
         assert r["env"] == "0" and r["config"] == 0 and "simulator" not in r["jit_module"]
 
 
+@pytest.mark.slow
 def test_user_set_simulator_is_respected(scenarios):
     r = _report(scenarios, "user_sim")
     assert r["mode"] == "simulator"
@@ -281,6 +285,7 @@ def test_user_set_simulator_is_respected(scenarios):
     assert _backend_warnings(r) == []
 
 
+@pytest.mark.slow
 def test_numba_cuda_imported_first_warns(scenarios):
     r = _report(scenarios, "numba_cuda_first")
     msgs = _backend_warnings(r)
@@ -293,6 +298,7 @@ def test_numba_cuda_imported_first_warns(scenarios):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_numba_without_cuda_imported_first_still_gives_simulator(scenarios):
     r = _report(scenarios, "numba_first")
     assert r["mode"] == "simulator"
@@ -304,6 +310,7 @@ def test_numba_without_cuda_imported_first_still_gives_simulator(scenarios):
 
 
 @simulator_only
+@pytest.mark.slow
 def test_forcing_cuda_without_a_gpu_gives_unavailable_with_warning(scenarios):
     r = _report(scenarios, "forced_cuda")
     assert r["mode"] == "unavailable"
@@ -313,6 +320,7 @@ def test_forcing_cuda_without_a_gpu_gives_unavailable_with_warning(scenarios):
     assert "NUMBA_ENABLE_CUDASIM=0" in msgs[0] and "simulator" in msgs[0]
 
 
+@pytest.mark.slow
 def test_describe_from_the_command_line(scenarios):
     rc, out, err = scenarios["describe"]
     assert rc == 0, err
