@@ -83,3 +83,27 @@ def stepped_warm_up():
 def steps_taken() -> int:
     """How many steps of :func:`stepped_warm_up` this process has taken."""
     return steps
+
+
+def forks_and_joins() -> int | None:
+    """Start a process with multiprocessing's ``fork`` start method, as a DataLoader's workers
+    start on Linux, and wait up to 60 s for it: its exit code, or None if it never ended."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=int)
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+    return child.exitcode
+
+
+def forks_a_sleeper_and_sleeps(pid_file: str, seconds: float) -> None:
+    """Fork a process that sleeps ``seconds`` holding this process's pipes, write its pid to
+    ``pid_file``, then sleep as long, never looking at a request to stop."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(seconds)
+        os._exit(0)
+    pathlib.Path(pid_file).write_text(str(pid))
+    time.sleep(seconds)

@@ -11,6 +11,7 @@ for longer than the grace is killed, and a warm spare, started ahead, takes its 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -19,6 +20,7 @@ import os
 import pathlib
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -30,6 +32,9 @@ from typing import Any
 from helpers.device import cancel
 
 __all__ = ["Outcome", "Worker", "command"]
+
+#: Whether a child gets a process group of its own, killed whole (POSIX).
+_GROUPS = os.name == "posix"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,15 +90,24 @@ def _serve(warm_up: tuple[str, str] | None) -> None:
     status is ``"ok"``, ``"failed"`` or ``"stopped"`` (the call raised
     :class:`helpers.device.cancel.Cancelled`). A control thread reads the standard input, so
     that ``"cancel"`` reaches the call in progress (:func:`helpers.device.cancel.request`).
-    Its standard output is the parent's pipe; anything printed goes to standard error."""
+    Its standard output is the parent's pipe; anything printed goes to standard error.
+
+    The pipes are read and written through descriptors of their own, and standard input becomes
+    ``/dev/null``: a process a call forks (a DataLoader's workers, under the ``fork`` start
+    method) closes ``sys.stdin`` first, which would wait forever for the lock the control
+    thread held, blocked on the pipe, when the fork happened."""
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    requests = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, sys.stdin.fileno())
+    os.close(null)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     jobs: queue.Queue = queue.Queue()
 
     def control() -> None:
         while True:
             try:
-                message = _receive(sys.stdin.buffer)
+                message = _receive(requests)
             except EOFError:
                 message = None
             if message == "cancel":
@@ -166,8 +180,10 @@ class _Child:
         root = str(pathlib.Path(__file__).resolve().parents[2])  # the folder holding helpers/
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+        # a session of its own, so that a kill takes the processes a call forked with it
         self.process = subprocess.Popen(command(warm_up), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, cwd=root)
+                                        stdout=subprocess.PIPE, env=env, cwd=root,
+                                        start_new_session=_GROUPS)
         self.replies: queue.Queue = queue.Queue()
         self.ready = False
         threading.Thread(target=self._read, daemon=True,
@@ -175,12 +191,13 @@ class _Child:
 
     def _read(self) -> None:
         """Move the child's replies into ``replies``; ``("gone", None)`` when it ends."""
-        while True:
-            try:
-                self.replies.put(_receive(self.process.stdout))
-            except Exception:  # noqa: BLE001  (EOF, a closed pipe: the child is gone)
-                self.replies.put(("gone", None))
-                return
+        with self.process.stdout:
+            while True:
+                try:
+                    self.replies.put(_receive(self.process.stdout))
+                except Exception:  # noqa: BLE001  (EOF, a closed pipe: the child is gone)
+                    self.replies.put(("gone", None))
+                    return
 
     def reply(self, timeout_s: float):
         """The child's next reply, or None when none came within ``timeout_s``."""
@@ -193,14 +210,17 @@ class _Child:
         return self.process.poll() is None
 
     def kill(self) -> None:
+        """Kill the child and whatever it forked (its process group), and close its input.
+        Its output is left to the reader thread, which ends at the end of the file: closing
+        it here would wait for that thread, and so for every process that holds the pipe."""
+        if _GROUPS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=10)
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
 
 
 class Worker:
@@ -332,6 +352,11 @@ class Worker:
             self._idle_since = math.inf
             try:
                 return self._call(module, name, args, kwargs, timeout_s, cancelled, poll_s)
+            except BaseException:
+                # interrupted while waiting (KeyboardInterrupt): the child may still be in the
+                # call, and its late reply would be taken for the next call's
+                self._replace()
+                raise
             finally:  # the spare warms up once no call has come for a while, not during one
                 self._idle_since = time.monotonic()
                 if self.spare and (self._spare is None or not self._spare.alive()):
