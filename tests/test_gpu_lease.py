@@ -79,6 +79,27 @@ def test_a_lease_records_tier_one_runs_the_tests_then_tier_two(worker, tmp_path)
 
 
 @pytest.mark.slow
+def test_a_resumed_lease_keeps_every_part_an_earlier_call_recorded(worker, tmp_path):
+    """The tier-one pass keeps the earlier tier-two rows in its summary, so that tier two does
+    not measure them again, and each kept row says once that it was kept."""
+    out = tmp_path / "out"
+    first, _, _ = gpu_lease.lease(out, budget_s=300, tests_s=60, dry_run=True, worker=worker,
+                                  tests_argv=PASSING, catalogue=CATALOGUE)
+    rows, _, code = gpu_lease.lease(out, budget_s=300, tests_s=60, dry_run=True, resume=True,
+                                    worker=worker, tests_argv=PASSING, catalogue=CATALOGUE)
+    assert code == 0
+    assert [(r["part"], r["note"]) for r in rows] == [
+        ("first", f"{ref.KEPT_NOTE}; tier one, above"), ("second", ref.KEPT_NOTE)]
+    assert [r["seconds"] for r in rows] == [r["seconds"] for r in first]
+    assert [r["part"] for r in _summary_rows(out)] == ["first", "second"]
+
+
+def _summary_rows(out) -> list[dict]:
+    (csv,) = out.glob(f"{ref.PREFIX}*.csv")
+    return results.load(csv.stem, out).rows
+
+
+@pytest.mark.slow
 def test_tier_two_waits_for_enough_time(worker, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_lease, "_TIER_TWO_MIN_S", 10_000.0)
     rows, _, code = gpu_lease.lease(tmp_path / "out", budget_s=300, tests_s=60, dry_run=True,

@@ -36,6 +36,7 @@ __all__ = [
     "ARCHIVE_LIMIT_BYTES",
     "DEFAULT_BUDGET_S",
     "DRY_RUN_DIR",
+    "KEPT_NOTE",
     "OUT_DIR",
     "PARTS",
     "PREFIX",
@@ -74,6 +75,8 @@ _DRY_BUDGET_S = 60.0
 _MARGIN_S = 10.0
 #: A part still running this long after its budget is killed.
 _GRACE_S = 20.0
+#: The note that leads the row of a part kept from an earlier run (``resume``).
+KEPT_NOTE = "recorded by an earlier run, kept"
 #: Seconds kept back at the end of the deadline for the summary, the archive and the headline.
 _PACK_S = 10.0
 #: The preflight's own limit (s), the measuring process's start not counted.
@@ -162,6 +165,14 @@ def _earlier(work: pathlib.Path, slug: str) -> dict[str, dict]:
     return kept
 
 
+def _kept_row(row: dict, kept_note: str) -> dict:
+    """An earlier run's row, kept: ``kept_note`` leads its note, unless it says already that
+    it was kept (by this note or :data:`KEPT_NOTE`)."""
+    before = str(row.get("note") or "")
+    kept = kept_note in before or KEPT_NOTE in before
+    return dict(row, note=before if kept else "; ".join(filter(None, [kept_note, before])))
+
+
 def _replace_atomically(source: pathlib.Path, target: pathlib.Path) -> None:
     partial = target.with_name(target.name + results.PARTIAL)
     shutil.copyfile(source, partial)
@@ -235,8 +246,7 @@ def _outcome_status(outcome, part: Part, files: list[str], dry_run: bool, stoppe
 def run(out: pathlib.Path, *, dry_run: bool = False, parts: list[str] | None = None,
         budget_s: float = DEFAULT_BUDGET_S, resume: bool = False, tier: int | None = None,
         catalogue: tuple[Part, ...] = PARTS, stop: threading.Event | None = None,
-        worker=None, kept_note: str = "recorded by an earlier run, kept"
-        ) -> tuple[list[dict], pathlib.Path]:
+        worker=None, kept_note: str = KEPT_NOTE) -> tuple[list[dict], pathlib.Path]:
     """Run the parts, rewriting the summary and archive in ``out`` after each one.
 
     Args:
@@ -314,16 +324,16 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
     if resume and archive.exists():
         _unpack(archive, work)
         earlier = _earlier(work, slug)
+    # what the earlier run recorded of parts not chosen now stays in the summary (and so in
+    # the next resume), after this run's parts
+    names = {p.name for p in chosen}
+    others = [_kept_row(r, kept_note) for name, r in earlier.items() if name not in names]
     logs = work / f"{PREFIX}logs"
     for n, part in enumerate(chosen, 1):
         head = f"[{n}/{len(chosen)}] {part.name} (tier {part.tier})"
         if part.name in earlier:
-            kept = earlier[part.name]
-            before = str(kept.get("note") or "")
-            note = before if before.startswith(kept_note) else "; ".join(filter(None, [kept_note,
-                                                                                    before]))
-            rows.append(dict(kept, note=note))
-            print(f"{head}: {kept_note} ({kept['status']})", flush=True)
+            rows.append(_kept_row(earlier[part.name], kept_note))
+            print(f"{head}: {kept_note} ({earlier[part.name]['status']})", flush=True)
             continue
         if stop.is_set():
             rows.append(_part_row(part, "not run", 0.0, 0.0, None, [], "stopped by a signal"))
@@ -345,8 +355,8 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
         running = _part_row(part, "in progress", 0.0, budget, None, [],
                             "the run ended during this part; the files it had saved are kept")
         watch = _Watch(work, before, lambda files, running=running: _pack(
-            out, work, slug, rows + [dict(running, files=";".join(files),
-                                          **summary.count_rows(files, work))], meta))
+            out, work, slug, [*rows, dict(running, files=";".join(files),
+                                          **summary.count_rows(files, work)), *others], meta))
         outcome = worker.run(_IN_PROCESS, "run_part", part.module, argv,
                              str(logs / f"{part.name}.log"), timeout_s=timeout,
                              cancelled=lambda watch=watch: watch.poll() or stop.is_set())
@@ -360,8 +370,9 @@ def _run(out, work, chosen, dry_run, resume, deadline, budget_s, stop, worker, r
         rows.append(row)
         print(f"{head}: {row['status']} in {outcome.seconds:.0f} s, {len(files)} files"
               + (f" ({row['note']})" if row["note"] else ""), flush=True)
-        archive = _pack(out, work, slug, rows, meta)
+        archive = _pack(out, work, slug, rows + others, meta)
     meta["complete"] = not stop.is_set()
+    rows.extend(others)
     return rows, _pack(out, work, slug, rows, meta)
 
 
