@@ -213,17 +213,34 @@ def test_compute_precision_without_a_gpu_in_the_provenance(tmp_path):
 
 
 def test_the_overlap_table_lines_give_the_precision_and_fp32_beside_it():
-    rows = transfers.recorded("overlap").rows
-    lines = provenance.precision_lines(rows)
-    if not rows:
-        assert lines == []
+    every = transfers.recorded("overlap").rows
+    if not every:
+        assert provenance.precision_lines(every) == []
         return
+    conv5 = next((r for r in every if r["layer"] == "Conv5"
+                  and provenance.fp32_compute(r) is not None), None)
+    if conv5 is None:
+        pytest.skip("results/ holds no FP32 time of Conv5 on an overlap recording's GPU")
+    rows = [r for r in every if r["device"] == conv5["device"]]   # one recording
+    lines = provenance.precision_lines(rows)
     assert lines[0].startswith("compute precision, read from each run's provenance: ")
-    conv5 = next((r for r in rows if r["layer"] == "Conv5"), None)
-    fp32 = provenance.fp32_compute(conv5) if conv5 else None
-    if fp32 is None:
-        pytest.skip("results/ holds no FP32 time of Conv5 on the overlap recording's GPU")
-    assert fp32["compute_ms"] > conv5["compute_ms"]       # TF32 (the recording) is faster
+    assert provenance.fp32_compute(conv5)["compute_ms"] > conv5["compute_ms"]  # TF32 is faster
     said = [line for line in lines if line.lstrip().startswith("Conv5 ")]
     assert len(said) == 2 and said[1].split()[1] == "FP32"
     assert provenance.precision_lines([]) == []
+
+
+def test_the_overlap_lines_of_two_gpus_come_in_a_block_each_headed_by_the_gpu():
+    """Two recordings' rows (two GPUs) in one table: each block names its GPU, so that a
+    learner can tell whose Conv5 each line is; one device's rows get no heading."""
+    row = {"layer": "Conv5", "b": 128, "compute_ms": 1.0, "h2d_ms": 2.0, "d2h_ms": 0.5,
+           "overlapped_ms": 2.2}
+    rows = [dict(row, device="GPU: A, 2026-01-01"), dict(row, device="GPU: B, 2026-02-02",
+                                                          compute_ms=0.5)]
+    lines = provenance.precision_lines(rows, directory="/nonexistent")
+    heads = [i for i, line in enumerate(lines) if not line.startswith(" ")]
+    assert [lines[i] for i in heads] == ["GPU: A, 2026-01-01:", "GPU: B, 2026-02-02:"]
+    assert all(line.startswith("  compute precision") for line in (lines[1], lines[heads[1] + 1]))
+    single = provenance.precision_lines(rows[:1], directory="/nonexistent")
+    assert single and single[0].startswith("compute precision") and single == [
+        line[2:] for line in lines[1:heads[1]]]

@@ -121,9 +121,21 @@ def fp32_compute(row: dict, directory=None) -> dict | None:
 def precision_lines(rows, directory=None) -> list[str]:
     """Lines for a table of overlap rows (forward only): each run's compute precision and rate
     (:func:`compute_precision`), the basis, and, where recorded, the FP32 time of the same
-    convolution on the same GPU with the stage that is then longest. Empty without timed rows.
+    convolution on the same GPU with the stage that is then longest. Rows of several devices
+    (recordings of two GPUs, say) get a block each, headed by the device. Empty without timed
+    rows.
     """
     timed = [r for r in rows if r.get("compute_ms") and r.get("h2d_ms") is not None]
+    devices = list(dict.fromkeys(str(r.get("device", "")) for r in timed))
+    if len(devices) <= 1:
+        return _device_lines(timed, directory)
+    return [line for device in devices for line in (
+        [f"{device}:"] + ["  " + ln for ln in _device_lines(
+            [r for r in timed if str(r.get("device", "")) == device], directory)])]
+
+
+def _device_lines(timed: list[dict], directory) -> list[str]:
+    """:func:`precision_lines` for the timed rows of one device."""
     if not timed:
         return []
     found = {r["layer"]: compute_precision(r, directory) for r in timed}
